@@ -51,8 +51,10 @@ struct PathRule {
     subresource: &'static str,
 }
 
-/// The kubelet's two-step path mapping. Step 1 (fine-grained, optional) yields at most one entry,
-/// step 2 always yields exactly one; in each, the first matching row wins.
+/// One kubelet version's two-step path mapping, copied whole so each table reads as that version's
+/// source. Step 1 (fine-grained, optional) yields at most one entry, step 2 always exactly one; in
+/// each, the first matching row wins. In every table `/logs/` maps to the singular `log`, and
+/// `/checkpoint/` is mapped whether or not the kubelet's checkpoint gate is on.
 #[derive(Debug)]
 struct PathTable {
     /// Checked only with `KubeletFineGrainedAuthz`; its prefixes never overlap `coarse`.
@@ -61,81 +63,50 @@ struct PathTable {
     coarse: &'static [PathRule],
 }
 
+const fn rule(prefix: &'static str, subresource: &'static str) -> PathRule {
+    PathRule {
+        prefix,
+        subresource,
+    }
+}
+
 /// The subresource of every path no table row claims (exec, containerLogs, pprof, …).
 const FALLBACK_SUBRESOURCE: &str = "proxy";
-
-/// Step 2 rows every kubelet version shares. `/logs/` maps to the singular `log`, and `/checkpoint/`
-/// is mapped whether or not the kubelet's checkpoint gate is on.
-macro_rules! coarse_rules {
-    ($($extra:expr),* $(,)?) => {
-        &[
-            PathRule { prefix: "/stats/", subresource: "stats" },
-            PathRule { prefix: "/metrics", subresource: "metrics" },
-            PathRule { prefix: "/logs/", subresource: "log" },
-            PathRule { prefix: "/checkpoint/", subresource: "checkpoint" },
-            $($extra,)*
-        ]
-    };
-}
 
 /// The kubelet of 1.33–1.35 (read in source): `/statusz` is fine-grained with a `proxy`
 /// fallback, `/flagz` is plain `proxy`. `/runningpods/` is lower-case, as the kubelet registers it.
 static KUBELET_1_33: PathTable = PathTable {
     fine_grained: &[
-        PathRule {
-            prefix: "/pods",
-            subresource: "pods",
-        },
-        PathRule {
-            prefix: "/healthz",
-            subresource: "healthz",
-        },
-        PathRule {
-            prefix: "/configz",
-            subresource: "configz",
-        },
-        PathRule {
-            prefix: "/statusz",
-            subresource: "statusz",
-        },
-        PathRule {
-            prefix: "/runningpods/",
-            subresource: "pods",
-        },
+        rule("/pods", "pods"),
+        rule("/healthz", "healthz"),
+        rule("/configz", "configz"),
+        rule("/statusz", "statusz"),
+        rule("/runningpods/", "pods"),
     ],
-    coarse: coarse_rules![],
+    coarse: &[
+        rule("/stats/", "stats"),
+        rule("/metrics", "metrics"),
+        rule("/logs/", "log"),
+        rule("/checkpoint/", "checkpoint"),
+    ],
 };
 
 /// Recent kubelet master (reported, not read in source): `/statusz` → `statusz` and `/flagz` →
 /// `configz` in step 2, so they are checked whatever the gate and without a `proxy` fallback.
 static KUBELET_STANDALONE_STATUSZ_FLAGZ: PathTable = PathTable {
     fine_grained: &[
-        PathRule {
-            prefix: "/pods",
-            subresource: "pods",
-        },
-        PathRule {
-            prefix: "/healthz",
-            subresource: "healthz",
-        },
-        PathRule {
-            prefix: "/configz",
-            subresource: "configz",
-        },
-        PathRule {
-            prefix: "/runningpods/",
-            subresource: "pods",
-        },
+        rule("/pods", "pods"),
+        rule("/healthz", "healthz"),
+        rule("/configz", "configz"),
+        rule("/runningpods/", "pods"),
     ],
-    coarse: coarse_rules![
-        PathRule {
-            prefix: "/statusz",
-            subresource: "statusz"
-        },
-        PathRule {
-            prefix: "/flagz",
-            subresource: "configz"
-        },
+    coarse: &[
+        rule("/stats/", "stats"),
+        rule("/metrics", "metrics"),
+        rule("/logs/", "log"),
+        rule("/checkpoint/", "checkpoint"),
+        rule("/statusz", "statusz"),
+        rule("/flagz", "configz"),
     ],
 };
 
@@ -456,6 +427,18 @@ mod tests {
         assert_eq!(flagz.subresources.as_slice(), ["configz"]);
         let pods = kubelet_attributes(&mapping, &Method::GET, "/pods");
         assert_eq!(pods.subresources.as_slice(), ["proxy"]);
+    }
+
+    #[test]
+    fn fine_grained_rows_always_fall_back_to_proxy() {
+        for table in [&KUBELET_1_33, &KUBELET_STANDALONE_STATUSZ_FLAGZ] {
+            for fine in table.fine_grained {
+                let below = format!("{}/x", fine.prefix.trim_end_matches('/'));
+                for path in [fine.prefix, below.as_str()] {
+                    assert_eq!(first_match(table.coarse, path), None, "{path}");
+                }
+            }
+        }
     }
 
     #[test]
