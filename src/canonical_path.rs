@@ -1,1 +1,534 @@
-//! (in progress)
+//! The gate before authentication: a request path is authorized only in the one form the kubelet
+//! will route the same way. Canonical paths pass with their percent-decoded form, unclean ones are
+//! redirected to their cleaned form (as Go's `ServeMux` does), ambiguous or malformed ones rejected.
+
+use std::borrow::Cow;
+
+/// The longest raw path accepted, in bytes. Kubelet paths are short (the longest real ones,
+/// `/exec/{ns}/{pod}/{uid}/{container}`, stay under 400 bytes); 8 KiB leaves room for long log
+/// file names while bounding the work and memory one request can cost.
+pub const MAX_PATH_LEN: usize = 8 * 1024;
+
+/// Why a path is refused. The `Display` text is a short reason meant for the client's 400 body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// The path does not begin with `/` (empty, `*`, or a relative path): nothing the kubelet
+    /// serves.
+    #[error("path must begin with '/'")]
+    NotAbsolute,
+    /// The path is longer than [`MAX_PATH_LEN`].
+    #[error("path too long")]
+    TooLong,
+    /// A literal byte outside RFC 3986 path characters: a control byte, space, non-ASCII, or a
+    /// delimiter such as `\` that some clients read as `/` (which would make a redirect location
+    /// leave the host).
+    #[error("invalid character in path")]
+    InvalidCharacter,
+    /// A `%` not followed by two hex digits. Go refuses these too.
+    #[error("invalid percent-encoding in path")]
+    InvalidEscape,
+    /// An escape decoding to a control byte (0x00–0x1F, 0x7F), which no kubelet path needs and
+    /// which could split or hide parts of the path in logs.
+    #[error("percent-encoded control character in path")]
+    EncodedControl,
+    /// `%2F`: the kubelet decodes it before routing, so it would cross segment boundaries we
+    /// authorized as one segment (`/stats%2F..%2Fexec` is `/stats/../exec` to the kubelet).
+    #[error("percent-encoded '/' in path")]
+    EncodedSlash,
+    /// The decoded path is not UTF-8, so it cannot be an authorizer attribute.
+    #[error("percent-encoded path is not valid UTF-8")]
+    InvalidUtf8,
+}
+
+/// What to do with a request path, decided before authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathCheck<'a> {
+    /// The raw path is in canonical form: forward it byte for byte, and compute attributes from
+    /// `decoded`, which is exactly what the kubelet will see as `r.URL.Path` and route on.
+    Canonical {
+        /// The percent-decoded path, borrowed from the raw path when it has no escapes.
+        decoded: Cow<'a, str>,
+    },
+    /// The path has a cleaner equivalent: answer 301 with `location` (append `?query` when the
+    /// request had one), as the kubelet's router would. `location` is still percent-encoded and
+    /// always canonical; it begins with `/` but never `//`, so it stays on this host.
+    Redirect {
+        /// The cleaned path.
+        location: String,
+    },
+    /// The path is malformed or ambiguous: answer 400 with the error's text.
+    Reject(PathError),
+}
+
+/// Classifies a raw request path (`uri.path()`: still percent-encoded, query excluded).
+///
+/// The path is canonical when it needs no cleaning: no escape of an RFC 3986 unreserved character
+/// (`A-Za-z0-9-._~`, which must appear literally), no empty segment except a trailing slash, no
+/// `.` or `..` segment. Checks run in one pass and allocate only when the path has escapes.
+pub fn check_path(raw: &str) -> PathCheck<'_> {
+    match scan(raw) {
+        Err(error) => PathCheck::Reject(error),
+        Ok(Scan {
+            needs_cleaning: true,
+            ..
+        }) => PathCheck::Redirect {
+            location: clean(raw),
+        },
+        Ok(Scan { decoded: None, .. }) => PathCheck::Canonical {
+            decoded: Cow::Borrowed(raw),
+        },
+        Ok(Scan {
+            decoded: Some(decoded),
+            ..
+        }) => PathCheck::Canonical {
+            decoded: Cow::Owned(decoded),
+        },
+    }
+}
+
+/// The outcome of the validating pass over a raw path.
+struct Scan {
+    /// The decoded path; `None` when the raw path has no escapes and is its own decoded form.
+    decoded: Option<String>,
+    /// The path is valid but not canonical.
+    needs_cleaning: bool,
+}
+
+fn scan(raw: &str) -> Result<Scan, PathError> {
+    let bytes = raw.as_bytes();
+    if bytes.len() > MAX_PATH_LEN {
+        return Err(PathError::TooLong);
+    }
+    if bytes.first() != Some(&b'/') {
+        return Err(PathError::NotAbsolute);
+    }
+    let mut decoded: Option<Vec<u8>> = None;
+    let mut needs_cleaning = false;
+    // The segment being read: its raw length and how many of its bytes are literal dots.
+    let mut segment_len = 0;
+    let mut segment_dots = 0;
+    let mut i = 1;
+    while let Some(&byte) = bytes.get(i) {
+        let value = match byte {
+            b'/' => {
+                if segment_len == 0 || is_dot_segment(segment_len, segment_dots) {
+                    needs_cleaning = true;
+                }
+                segment_len = 0;
+                segment_dots = 0;
+                i += 1;
+                byte
+            }
+            b'%' => {
+                let value = escape_value(bytes.get(i + 1..)).ok_or(PathError::InvalidEscape)?;
+                if value == b'/' {
+                    return Err(PathError::EncodedSlash);
+                }
+                if value.is_ascii_control() {
+                    return Err(PathError::EncodedControl);
+                }
+                if is_unreserved(value) {
+                    needs_cleaning = true;
+                }
+                if decoded.is_none() {
+                    let mut buffer = Vec::with_capacity(bytes.len());
+                    // `bytes.get(i)` is `Some`, so `..i` is in bounds.
+                    buffer.extend_from_slice(&bytes[..i]);
+                    decoded = Some(buffer);
+                }
+                segment_len += 3;
+                i += 3;
+                value
+            }
+            _ if is_literal_path_byte(byte) => {
+                if byte == b'.' {
+                    segment_dots += 1;
+                }
+                segment_len += 1;
+                i += 1;
+                byte
+            }
+            _ => return Err(PathError::InvalidCharacter),
+        };
+        if let Some(buffer) = decoded.as_mut() {
+            buffer.push(value);
+        }
+    }
+    // The last segment may be empty (a trailing slash) but not `.` or `..`.
+    if is_dot_segment(segment_len, segment_dots) {
+        needs_cleaning = true;
+    }
+    let decoded = match decoded {
+        Some(buffer) => Some(String::from_utf8(buffer).map_err(|_| PathError::InvalidUtf8)?),
+        None => None,
+    };
+    Ok(Scan {
+        decoded,
+        needs_cleaning,
+    })
+}
+
+/// A segment that is `.` or `..` written literally (escaped dots make the path unclean anyway).
+fn is_dot_segment(len: usize, dots: usize) -> bool {
+    (len == 1 || len == 2) && dots == len
+}
+
+/// The byte encoded by the two hex digits at the start of `after_percent`, if they are there.
+fn escape_value(after_percent: Option<&[u8]>) -> Option<u8> {
+    match after_percent? {
+        [hi, lo, ..] => Some((hex_digit(*hi)? << 4) | hex_digit(*lo)?),
+        _ => None,
+    }
+}
+
+fn hex_digit(byte: u8) -> Option<u8> {
+    match byte {
+        b'0'..=b'9' => Some(byte - b'0'),
+        b'a'..=b'f' => Some(byte - b'a' + 10),
+        b'A'..=b'F' => Some(byte - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// RFC 3986 unreserved characters: their escapes mean the same as the character itself.
+fn is_unreserved(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~')
+}
+
+/// Bytes RFC 3986 allows literally in a path segment (`pchar` without escapes).
+fn is_literal_path_byte(byte: u8) -> bool {
+    is_unreserved(byte)
+        || matches!(
+            byte,
+            b'!' | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b':'
+                | b'@'
+        )
+}
+
+/// The cleaned form of a path that [`scan`] accepted: unreserved escapes decoded, then Go's
+/// `cleanPath` (empty and `.` segments dropped, `..` resolved but never above the root, a trailing
+/// slash kept unless the result is `/`). Other escapes are kept as they are; since `%2F` was
+/// refused, segments here are the segments Go cleans after decoding.
+fn clean(raw: &str) -> String {
+    let mut unescaped = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c == '%' {
+            let rest = chars.as_str();
+            if let Some(value) = escape_value(Some(rest.as_bytes()))
+                && is_unreserved(value)
+                && let Some(after) = rest.get(2..)
+            {
+                unescaped.push(char::from(value));
+                chars = after.chars();
+                continue;
+            }
+        }
+        unescaped.push(c);
+    }
+
+    let mut cleaned = String::with_capacity(unescaped.len());
+    for segment in unescaped.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                if let Some(parent_end) = cleaned.rfind('/') {
+                    cleaned.truncate(parent_end);
+                }
+            }
+            _ => {
+                cleaned.push('/');
+                cleaned.push_str(segment);
+            }
+        }
+    }
+    if cleaned.is_empty() || unescaped.ends_with('/') {
+        cleaned.push('/');
+    }
+    cleaned
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::attributes::{AttributeMapping, kubelet_attributes};
+    use http::Method;
+
+    fn canonical(raw: &str) -> Cow<'_, str> {
+        match check_path(raw) {
+            PathCheck::Canonical { decoded } => decoded,
+            other => panic!("{raw:?}: expected canonical, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn canonical_paths_pass_with_their_decoded_form() {
+        let cases = [
+            ("/", "/"),
+            ("/pods", "/pods"),
+            ("/pods/", "/pods/"),
+            ("/stats/summary", "/stats/summary"),
+            ("/exec/default/pod/ctr", "/exec/default/pod/ctr"),
+            ("/a;b/c;d=1/e", "/a;b/c;d=1/e"),
+            ("/exec;/x", "/exec;/x"),
+            ("/.well-known/x", "/.well-known/x"),
+            ("/.../a../..a/.a.", "/.../a../..a/.a."),
+            ("/~user/!$&'()*+,=:@", "/~user/!$&'()*+,=:@"),
+            ("/containerLogs/ns/my%20pod/c", "/containerLogs/ns/my pod/c"),
+            ("/logs/100%25", "/logs/100%"),
+            ("/logs/%252e%252e", "/logs/%2e%2e"),
+            ("/a%3ab/%3A", "/a:b/:"),
+            ("/a%5Cb", "/a\\b"),
+            ("/a%3Fb%23c", "/a?b#c"),
+            ("/caf%C3%A9", "/café"),
+        ];
+        for (raw, decoded) in cases {
+            let got = canonical(raw);
+            assert_eq!(got, decoded, "{raw:?}");
+            assert_eq!(
+                matches!(got, Cow::Borrowed(_)),
+                !raw.contains('%'),
+                "{raw:?}: borrowed exactly when escape-free"
+            );
+        }
+    }
+
+    #[test]
+    fn unclean_paths_redirect_to_their_cleaned_form() {
+        let cases = [
+            ("/stats/../exec/a/b/c", "/exec/a/b/c"),
+            ("/stats/%2e%2e/exec/a/b/c", "/exec/a/b/c"),
+            ("/stats/%2E%2E/exec/a/b/c", "/exec/a/b/c"),
+            ("/stats/%2e%2E/exec/a/b/c", "/exec/a/b/c"),
+            ("/stats/.%2e/exec/a/b/c", "/exec/a/b/c"),
+            ("//exec/a/b/c", "/exec/a/b/c"),
+            ("/exec/./a/b/c", "/exec/a/b/c"),
+            ("/exec/%2E/a/b/c", "/exec/a/b/c"),
+            ("/pods/.", "/pods"),
+            ("/pods/./", "/pods/"),
+            ("/pods//", "/pods/"),
+            ("/st%61ts/summary", "/stats/summary"),
+            ("/%7Euser/%41%2d%5F", "/~user/A-_"),
+            ("/..", "/"),
+            ("/../..//", "/"),
+            ("/a/b/..", "/a"),
+            ("/a/b/../", "/a/"),
+            ("/a/../../b", "/b"),
+            ("/a%2e/", "/a./"),
+            (
+                "/containerLogs/ns/my%20pod/./c",
+                "/containerLogs/ns/my%20pod/c",
+            ),
+            ("/%2e%2e/%25%2e", "/%25."),
+            ("/x/%2e%2e%2e", "/x/..."),
+        ];
+        for (raw, location) in cases {
+            assert_eq!(
+                check_path(raw),
+                PathCheck::Redirect {
+                    location: location.to_owned()
+                },
+                "{raw:?}"
+            );
+            canonical(location);
+        }
+    }
+
+    #[test]
+    fn malformed_or_ambiguous_paths_are_rejected() {
+        let long_ok = format!("/{}", "a".repeat(MAX_PATH_LEN - 1));
+        let too_long = format!("/{}", "a".repeat(MAX_PATH_LEN));
+        canonical(&long_ok);
+        let cases: &[(&str, PathError)] = &[
+            ("", PathError::NotAbsolute),
+            ("*", PathError::NotAbsolute),
+            ("pods", PathError::NotAbsolute),
+            ("%2Fpods", PathError::NotAbsolute),
+            (&too_long, PathError::TooLong),
+            ("/a%", PathError::InvalidEscape),
+            ("/a%2", PathError::InvalidEscape),
+            ("/a%zz", PathError::InvalidEscape),
+            ("/a%g0/b", PathError::InvalidEscape),
+            ("/%%41", PathError::InvalidEscape),
+            ("/a%00", PathError::EncodedControl),
+            ("/a%0A", PathError::EncodedControl),
+            ("/a%1f", PathError::EncodedControl),
+            ("/a%7F", PathError::EncodedControl),
+            ("/a%2Fb", PathError::EncodedSlash),
+            ("/a%2fb", PathError::EncodedSlash),
+            ("/stats%2F..%2Fexec/a", PathError::EncodedSlash),
+            ("/a%C3", PathError::InvalidUtf8),
+            ("/a%80", PathError::InvalidUtf8),
+            ("/%FF/x", PathError::InvalidUtf8),
+            ("/a b", PathError::InvalidCharacter),
+            ("/a\0", PathError::InvalidCharacter),
+            ("/a\x7f", PathError::InvalidCharacter),
+            ("/a\tb", PathError::InvalidCharacter),
+            ("/café", PathError::InvalidCharacter),
+            ("/./\\evil.example", PathError::InvalidCharacter),
+            ("/a|b", PathError::InvalidCharacter),
+            ("/a\"b", PathError::InvalidCharacter),
+            ("/a?b", PathError::InvalidCharacter),
+            // A reject wins over a redirect the rest of the path would get.
+            ("/../a%00", PathError::EncodedControl),
+            ("//a%2f", PathError::EncodedSlash),
+        ];
+        for (raw, error) in cases {
+            assert_eq!(check_path(raw), PathCheck::Reject(*error), "{raw:?}");
+        }
+    }
+
+    #[test]
+    fn errors_read_as_short_client_reasons() {
+        assert_eq!(
+            PathError::InvalidEscape.to_string(),
+            "invalid percent-encoding in path"
+        );
+        assert_eq!(
+            PathError::EncodedSlash.to_string(),
+            "percent-encoded '/' in path"
+        );
+        assert_eq!(
+            PathError::NotAbsolute.to_string(),
+            "path must begin with '/'"
+        );
+    }
+
+    /// Go's `r.URL.Path`: every escape decoded. `None` for what Go would not parse.
+    fn decode_all(raw: &str) -> Option<String> {
+        let bytes = raw.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b'%' {
+                out.push(escape_value(bytes.get(i + 1..))?);
+                i += 3;
+            } else {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+        String::from_utf8(out).ok()
+    }
+
+    /// Go's `ServeMux` `cleanPath` (`path.Clean`, trailing slash restored), written separately
+    /// from [`clean`] and applied to the decoded path, as Go does.
+    fn go_clean_path(p: &str) -> String {
+        let mut stack: Vec<&str> = Vec::new();
+        for segment in p.split('/') {
+            match segment {
+                "" | "." => {}
+                ".." => {
+                    stack.pop();
+                }
+                s => stack.push(s),
+            }
+        }
+        let mut cleaned = format!("/{}", stack.join("/"));
+        if p.ends_with('/') && cleaned != "/" {
+            cleaned.push('/');
+        }
+        cleaned
+    }
+
+    /// Deterministic xorshift64*, so failures reproduce.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n
+        }
+    }
+
+    fn all_mappings() -> Vec<AttributeMapping> {
+        let mut mappings = Vec::new();
+        for bits in 0..8 {
+            mappings.push(AttributeMapping {
+                fine_grained: bits & 1 != 0,
+                standalone_statusz_flagz: bits & 2 != 0,
+                exec_requires_create: bits & 4 != 0,
+            });
+        }
+        mappings
+    }
+
+    fn attributes_agree(mappings: &[AttributeMapping], a: &str, b: &str) -> bool {
+        mappings.iter().all(|m| {
+            kubelet_attributes(m, &Method::GET, a) == kubelet_attributes(m, &Method::GET, b)
+        })
+    }
+
+    #[test]
+    fn generated_paths_uphold_the_canonical_form() {
+        const ALPHABET: &[&str] = &[
+            "/", ".", "%", "2", "e", "E", "f", "F", "a", "s", "~", ";", "\0", "x",
+        ];
+        const STARTS: &[&str] = &[
+            "",
+            "/",
+            "//",
+            "/exec",
+            "/exec/",
+            "/pods",
+            "/stats/",
+            "/logs",
+            "/healthz/",
+            "/runningpods",
+            "/st%61ts",
+            "/%2e%2e/",
+        ];
+        let mappings = all_mappings();
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let (mut canonicals, mut redirects, mut rejects) = (0, 0, 0);
+        for _ in 0..5000 {
+            let mut raw = String::from(STARTS[rng.below(STARTS.len())]);
+            for _ in 0..rng.below(12) {
+                raw.push_str(ALPHABET[rng.below(ALPHABET.len())]);
+            }
+            match check_path(&raw) {
+                PathCheck::Canonical { decoded } => {
+                    canonicals += 1;
+                    assert_eq!(decode_all(&raw).as_deref(), Some(&*decoded), "{raw:?}");
+                    for bad in ["//", "/./", "/../"] {
+                        assert!(!decoded.contains(bad), "{raw:?} decodes to {decoded:?}");
+                    }
+                    for bad in ["/.", "/.."] {
+                        assert!(!decoded.ends_with(bad), "{raw:?} decodes to {decoded:?}");
+                    }
+                    let go = go_clean_path(&decoded);
+                    assert!(attributes_agree(&mappings, &decoded, &go), "{raw:?}");
+                }
+                PathCheck::Redirect { location } => {
+                    redirects += 1;
+                    assert_ne!(location, raw);
+                    assert!(!location.starts_with("//"), "{raw:?} -> {location:?}");
+                    let decoded = canonical(&location);
+                    let go = go_clean_path(&decode_all(&raw).unwrap());
+                    assert_eq!(*decoded, go, "{raw:?} must redirect where Go routes it");
+                    assert!(attributes_agree(&mappings, &decoded, &go), "{raw:?}");
+                }
+                PathCheck::Reject(_) => rejects += 1,
+            }
+        }
+        for (outcome, count) in [
+            ("canonical", canonicals),
+            ("redirect", redirects),
+            ("reject", rejects),
+        ] {
+            assert!(count > 500, "only {count} {outcome} paths generated");
+        }
+    }
+}
