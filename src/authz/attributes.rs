@@ -128,7 +128,8 @@ fn first_match(rules: &'static [PathRule], path: &str) -> Option<&'static str> {
 pub struct AttributeMapping {
     /// The kubelet's `KubeletFineGrainedAuthz` gate: check `nodes/pods`, `nodes/healthz`,
     /// `nodes/configz` (and, per table, `nodes/statusz`) before falling back to `nodes/proxy`.
-    /// Off reproduces kubelets before 1.32, where those paths need `nodes/proxy`.
+    /// Off reproduces kubelets without the gate (before 1.32, or with it off), where those paths
+    /// need `nodes/proxy` only.
     pub fine_grained: bool,
     /// Use the path table of recent kubelet master: `/statusz` needs `nodes/statusz` and `/flagz`
     /// needs `nodes/configz`, with no `nodes/proxy` fallback and regardless of `fine_grained`.
