@@ -1,8 +1,51 @@
 //! kubelet-auth-proxy: an authenticating, authorizing reverse proxy for the kubelet API.
+//!
+//! A request flows through the modules in this order (see [`server`] for the pipeline itself):
+//!
+//! - [`tls`]: rustls serving config; client certificates are requested, never required, and only
+//!   the handshake signature is checked there.
+//! - [`canonical_path`]: the path gate before anything else: redirect or refuse unclean paths, so
+//!   the path we authorize is the path the kubelet routes.
+//! - [`authn`]: who is calling (x509 client certificates, anonymous), with the kubelet's chain
+//!   semantics; yields an `Arc<User>`.
+//! - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
+//!   authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
+//!   [`authz::rbac`] matching) and the kubelet's loop over the list.
+//! - [`responses`]: the one place refusals become HTTP responses, with the kubelet's bodies.
+//! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades.
+//! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener.
+//! - [`config`]: flags → validated, loaded [`config::Config`]; [`demo`]: the self-contained tour.
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod authn;
 pub mod authz;
 pub mod canonical_path;
+pub mod config;
 pub mod demo;
+pub mod metrics;
 pub mod proxy;
+pub mod responses;
+pub mod server;
+pub mod tls;
+
+pub use config::Config;
+pub use server::{RunningProxy, start};
+
+/// Serves until SIGINT or SIGTERM, then shuts down gracefully.
+pub async fn run(config: Config) -> std::io::Result<()> {
+    let proxy = start(config).await?;
+    wait_for_signal().await?;
+    tracing::info!("shutting down");
+    proxy.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on the first SIGINT or SIGTERM.
+pub async fn wait_for_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result,
+        _ = term.recv() => Ok(()),
+    }
+}

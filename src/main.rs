@@ -1,1 +1,72 @@
-fn main() {}
+//! The `kubelet-auth-proxy` command: parse flags, set up logging, and serve (or run the demo).
+//! Configuration errors print one line naming the flag and file, and exit with status 2.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kubelet_auth_proxy::config::flags::{LogFormat, ProxyFlags};
+use kubelet_auth_proxy::{Config, demo};
+use tracing_subscriber::EnvFilter;
+
+/// Authenticating, authorizing reverse proxy for the kubelet API.
+#[derive(Debug, Parser)]
+#[command(name = "kubelet-auth-proxy", version, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    flags: ProxyFlags,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the proxy in front of a stand-in kubelet on loopback, with throwaway certificates and a
+    /// local policy, and show which requests each identity may make.
+    Demo(demo::DemoArgs),
+}
+
+fn init_logging(format: LogFormat, verbosity: u8) {
+    let default_level = match verbosity {
+        0 => "info",
+        1..=3 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new(format!("warn,kubelet_auth_proxy={default_level}"))
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn main() -> anyhow::Result<ExitCode> {
+    let cli = Cli::parse();
+    // Every rustls config here names the ring provider explicitly; installing it as the process
+    // default as well keeps any library that asks for the default off other providers.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Some(Command::Demo(args)) => {
+            init_logging(LogFormat::Text, cli.flags.verbosity);
+            runtime.block_on(demo::run(args))
+        }
+        None => {
+            init_logging(cli.flags.log_format, cli.flags.verbosity);
+            let config = match Config::load(&cli.flags) {
+                Ok(config) => config,
+                Err(e) => {
+                    eprintln!("kubelet-auth-proxy: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            runtime.block_on(kubelet_auth_proxy::run(config))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

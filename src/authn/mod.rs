@@ -7,6 +7,11 @@
 pub mod x509;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use rustls::pki_types::{CertificateDer, UnixTime};
+
+use x509::{X509Authenticator, X509Outcome};
 
 /// The group every authenticated (non-anonymous) user is put in, as the kubelet's
 /// `AuthenticatedGroupAdder` does.
@@ -59,6 +64,89 @@ impl User {
         }
         self.groups.push(AUTHENTICATED_GROUP.to_owned());
     }
+}
+
+/// The result of authenticating one request.
+#[derive(Debug, Clone)]
+pub enum Authentication {
+    /// The caller is this user.
+    User(Arc<User>),
+    /// No credential was presented and anonymous access is off: 401.
+    Unauthenticated,
+    /// A credential was presented and rejected: 401, and never anonymous. The text is for logs only.
+    Failed(String),
+}
+
+/// What the client certificate of a connection established, computed once after the handshake and
+/// shared by every request (HTTP/2 stream) on the connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionIdentity(X509Outcome);
+
+/// The authenticator chain: x509 (when `--client-ca-file` is set), then anonymous when allowed.
+///
+/// Kubelet semantics (reference §3.3): a verification error does not stop later authenticators
+/// but rules out the anonymous fallback; with no authenticator configured and anonymous on, every
+/// request is anonymous, whatever it presents.
+#[derive(Debug, Clone)]
+pub struct Authenticator {
+    x509: Option<X509Authenticator>,
+    anonymous: bool,
+}
+
+/// The kubelet's start-up error when nothing could authenticate a request.
+#[derive(Debug, thiserror::Error)]
+#[error("no authentication method configured: set --client-ca-file or --anonymous-auth")]
+pub struct NoAuthenticationMethod;
+
+impl Authenticator {
+    /// Builds the chain; refuses a configuration in which every request would be a 401.
+    pub fn new(
+        x509: Option<X509Authenticator>,
+        anonymous: bool,
+    ) -> Result<Authenticator, NoAuthenticationMethod> {
+        if x509.is_none() && !anonymous {
+            return Err(NoAuthenticationMethod);
+        }
+        Ok(Authenticator { x509, anonymous })
+    }
+
+    /// Verifies the connection's client certificate chain, if x509 authentication is configured.
+    pub fn authenticate_connection(
+        &self,
+        peer_chain: Option<&[CertificateDer<'_>]>,
+        now: UnixTime,
+    ) -> ConnectionIdentity {
+        match (&self.x509, peer_chain) {
+            (Some(x509), Some(chain)) => ConnectionIdentity(x509.authenticate(chain, now)),
+            _ => ConnectionIdentity(X509Outcome::NoCertificate),
+        }
+    }
+
+    /// Authenticates one request of a connection at `now_secs` (Unix seconds).
+    pub fn authenticate(&self, connection: &ConnectionIdentity, now_secs: i64) -> Authentication {
+        let mut error = None;
+        match &connection.0 {
+            X509Outcome::Authenticated { user, valid_until } => {
+                if now_secs <= *valid_until {
+                    return Authentication::User(Arc::clone(user));
+                }
+                error = Some("client certificate chain has expired".to_owned());
+            }
+            X509Outcome::Invalid(reason) => error = Some(reason.clone()),
+            X509Outcome::NoCertificate => {}
+        }
+        match error {
+            Some(reason) => Authentication::Failed(reason),
+            None if self.anonymous => Authentication::User(anonymous_user()),
+            None => Authentication::Unauthenticated,
+        }
+    }
+}
+
+/// One shared anonymous identity: it never changes, so requests need not allocate one each.
+fn anonymous_user() -> Arc<User> {
+    static ANONYMOUS: std::sync::OnceLock<Arc<User>> = std::sync::OnceLock::new();
+    Arc::clone(ANONYMOUS.get_or_init(|| Arc::new(User::anonymous())))
 }
 
 #[cfg(test)]

@@ -1,1 +1,244 @@
-//! (in progress)
+//! x509 client-certificate authentication, as the kubelet's `x509.CommonNameUserConversion`
+//! (reference §3): verify the chain the client sent against the client CA with the clientAuth
+//! usage, then map CN → user, O → groups, the UID attribute → uid, and the leaf's SHA-256 → the
+//! `authentication.kubernetes.io/credential-id` extra.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::DistinguishedName;
+use rustls::pki_types::{CertificateDer, TrustAnchor, UnixTime};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
+use x509_parser::prelude::FromDer;
+
+use super::User;
+
+/// DER contents of OID 1.3.6.1.4.1.57683.2, the subject attribute Kubernetes reads the user's UID
+/// from (`AllowParsingUserUIDFromCertAuth`, on since 1.33).
+const UID_OID_DER: &[u8] = &[0x2B, 0x06, 0x01, 0x04, 0x01, 0x83, 0xC2, 0x53, 0x02];
+
+/// The extra key carrying the certificate's fingerprint; it makes each certificate a distinct
+/// SubjectAccessReview subject, as in Kubernetes 1.32+.
+pub const CREDENTIAL_ID_EXTRA: &str = "authentication.kubernetes.io/credential-id";
+
+/// Errors loading the client CA bundle.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientCaError {
+    /// The file could not be read or holds no PEM certificate.
+    #[error("{0}")]
+    Pem(String),
+    /// A certificate in the bundle cannot serve as a trust anchor.
+    #[error("certificate {index} in the bundle is not a usable CA certificate: {reason}")]
+    BadCertificate {
+        /// Position in the bundle, from 1.
+        index: usize,
+        /// What was wrong with it.
+        reason: String,
+    },
+}
+
+/// The CA bundle client certificates must chain to (`--client-ca-file`).
+#[derive(Debug)]
+pub struct ClientCa {
+    anchors: Vec<TrustAnchor<'static>>,
+    /// Validity of each anchor, by position: webpki does not check trust anchors' dates, Go does.
+    anchor_validity: Vec<(i64, i64)>,
+    hints: Vec<DistinguishedName>,
+}
+
+impl ClientCa {
+    /// Reads a PEM bundle; an empty file is an error, as in Kubernetes.
+    pub fn from_pem_file(path: &Path) -> Result<ClientCa, ClientCaError> {
+        let certs = crate::tls::read_certs(path).map_err(ClientCaError::Pem)?;
+        ClientCa::from_certs(&certs)
+    }
+
+    /// Builds the bundle from DER certificates.
+    pub fn from_certs(certs: &[CertificateDer<'_>]) -> Result<ClientCa, ClientCaError> {
+        let mut anchors = Vec::with_capacity(certs.len());
+        let mut anchor_validity = Vec::with_capacity(certs.len());
+        let mut hints = Vec::with_capacity(certs.len());
+        for (i, der) in certs.iter().enumerate() {
+            let bad = |reason: String| ClientCaError::BadCertificate {
+                index: i + 1,
+                reason,
+            };
+            let anchor = webpki::anchor_from_trusted_cert(der)
+                .map_err(|e| bad(format!("{e:?}")))?
+                .to_owned();
+            let (_, parsed) = X509Certificate::from_der(der).map_err(|e| bad(e.to_string()))?;
+            let validity = parsed.validity();
+            anchor_validity.push((
+                validity.not_before.timestamp(),
+                validity.not_after.timestamp(),
+            ));
+            hints.push(DistinguishedName::in_sequence(&anchor.subject));
+            anchors.push(anchor);
+        }
+        if anchors.is_empty() {
+            return Err(ClientCaError::Pem("no certificate in the bundle".into()));
+        }
+        Ok(ClientCa {
+            anchors,
+            anchor_validity,
+            hints,
+        })
+    }
+
+    /// The subjects to advertise in the TLS CertificateRequest.
+    pub fn hint_subjects(&self) -> Vec<DistinguishedName> {
+        self.hints.clone()
+    }
+}
+
+/// What a client certificate chain says about the caller.
+#[derive(Debug, Clone)]
+pub enum X509Outcome {
+    /// No certificate, or a valid one with an empty CN: not authenticated, no error; the next
+    /// authenticator (or anonymous) may still apply.
+    NoCertificate,
+    /// A verified certificate.
+    Authenticated {
+        /// The mapped user, `system:authenticated` included where the kubelet adds it.
+        user: Arc<User>,
+        /// Unix seconds after which the identity is invalid: the earliest `notAfter` of the
+        /// verified path (leaf, intermediates used, anchor).
+        valid_until: i64,
+    },
+    /// A certificate was presented and did not verify: an error, so never anonymous (401).
+    Invalid(String),
+}
+
+/// Verifies client certificates against a [`ClientCa`] and maps them to users.
+#[derive(Debug, Clone)]
+pub struct X509Authenticator {
+    ca: Arc<ClientCa>,
+}
+
+impl X509Authenticator {
+    /// An authenticator trusting `ca`.
+    pub fn new(ca: Arc<ClientCa>) -> Self {
+        X509Authenticator { ca }
+    }
+
+    /// Verifies `chain` (leaf first, then the intermediates the client sent) at time `now` and maps
+    /// it to a user. Done once per connection; past `valid_until` the caller treats the identity as
+    /// expired.
+    pub fn authenticate(&self, chain: &[CertificateDer<'_>], now: UnixTime) -> X509Outcome {
+        let Some((leaf_der, intermediates)) = chain.split_first() else {
+            return X509Outcome::NoCertificate;
+        };
+        let leaf = match webpki::EndEntityCert::try_from(leaf_der) {
+            Ok(leaf) => leaf,
+            Err(e) => return X509Outcome::Invalid(format!("parsing certificate: {e:?}")),
+        };
+        let algorithms = rustls::crypto::ring::default_provider()
+            .signature_verification_algorithms
+            .all;
+        let path = match leaf.verify_for_usage(
+            algorithms,
+            &self.ca.anchors,
+            intermediates,
+            now,
+            webpki::KeyUsage::client_auth(),
+            None,
+            None,
+        ) {
+            Ok(path) => path,
+            Err(e) => return X509Outcome::Invalid(describe_failure(leaf_der, &e)),
+        };
+        let now_secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+        let anchor_index = self
+            .ca
+            .anchors
+            .iter()
+            .position(|a| a.subject == path.anchor().subject && a.subject_public_key_info == path.anchor().subject_public_key_info);
+        let mut valid_until = i64::MAX;
+        if let Some(i) = anchor_index {
+            let (not_before, not_after) = self.ca.anchor_validity[i];
+            if now_secs < not_before || now_secs > not_after {
+                return X509Outcome::Invalid(describe_failure(
+                    leaf_der,
+                    &"the client CA certificate has expired or is not yet valid",
+                ));
+            }
+            valid_until = not_after;
+        }
+        // Only the certificates of the verified path count: once the earliest of them expires,
+        // the connection's identity is no longer valid.
+        let path_certs = std::iter::once(leaf_der.clone())
+            .chain(path.intermediate_certificates().map(|c| c.der()));
+        for der in path_certs {
+            if let Ok((_, cert)) = X509Certificate::from_der(&der) {
+                valid_until = valid_until.min(cert.validity().not_after.timestamp());
+            }
+        }
+        match user_from_leaf(leaf_der) {
+            Ok(Some(user)) => X509Outcome::Authenticated {
+                user: Arc::new(user),
+                valid_until,
+            },
+            Ok(None) => X509Outcome::NoCertificate,
+            Err(e) => X509Outcome::Invalid(e),
+        }
+    }
+}
+
+/// The kubelet's log shape for a failed verification: serial number and reason. Never includes
+/// key material.
+fn describe_failure(leaf_der: &[u8], reason: &dyn std::fmt::Debug) -> String {
+    let serial = X509Certificate::from_der(leaf_der)
+        .map(|(_, c)| c.tbs_certificate.serial.to_string())
+        .unwrap_or_else(|_| "?".into());
+    format!("verifying certificate SN={serial} failed: {reason:?}")
+}
+
+/// `CommonNameUserConversion`: `Ok(None)` for an empty CN (not authenticated, no error).
+fn user_from_leaf(leaf_der: &[u8]) -> Result<Option<User>, String> {
+    let (_, cert) =
+        X509Certificate::from_der(leaf_der).map_err(|e| format!("parsing certificate: {e}"))?;
+    let mut name = "";
+    let mut groups = Vec::new();
+    let mut uids = Vec::new();
+    for attr in cert.subject().iter_attributes() {
+        let oid = attr.attr_type();
+        if *oid == OID_X509_COMMON_NAME {
+            // Go keeps the last CN of the subject; non-string values are skipped as in Go.
+            if let Ok(cn) = attr.as_str() {
+                name = cn;
+            }
+        } else if *oid == OID_X509_ORGANIZATION_NAME {
+            if let Ok(o) = attr.as_str() {
+                groups.push(o.to_owned());
+            }
+        } else if oid.as_bytes() == UID_OID_DER {
+            uids.push(attr.as_str());
+        }
+    }
+    if name.is_empty() {
+        return Ok(None);
+    }
+    let uid = match uids.as_slice() {
+        [] => String::new(),
+        [Ok(uid)] if !uid.is_empty() => (*uid).to_owned(),
+        [_] => return Err("UID attribute of the client certificate is empty or not a string".into()),
+        _ => return Err("client certificate has more than one UID attribute".into()),
+    };
+    let digest = ring::digest::digest(&ring::digest::SHA256, leaf_der);
+    let mut credential_id = String::with_capacity(11 + 64);
+    credential_id.push_str("X509SHA256=");
+    for byte in digest.as_ref() {
+        credential_id.push(char::from(b"0123456789abcdef"[usize::from(byte >> 4)]));
+        credential_id.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
+    }
+    let mut user = User {
+        name: name.to_owned(),
+        uid,
+        groups,
+        extra: BTreeMap::from([(CREDENTIAL_ID_EXTRA.to_owned(), vec![credential_id])]),
+    };
+    user.add_authenticated_group();
+    Ok(Some(user))
+}

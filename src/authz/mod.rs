@@ -14,6 +14,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::authn::User;
+use attributes::KubeletAttributes;
+use node::NodeAuthorizer;
+use policy::PolicyAuthorizer;
 
 /// The resource every kubelet attribute names.
 pub const RESOURCE: &str = "nodes";
@@ -66,4 +69,118 @@ pub enum Decision {
     Deny(Reason),
     /// This authorizer does not decide; the next one is asked.
     NoOpinion(Reason),
+}
+
+/// One authorizer of the chain. A closed set: an enum is simpler and faster than trait objects.
+#[derive(Debug)]
+pub enum Authorizer {
+    /// Allows everything.
+    AlwaysAllow,
+    /// Has no opinion on anything, with the reason Kubernetes gives (it never denies explicitly).
+    AlwaysDeny,
+    /// Node identities only on their own node.
+    Node(NodeAuthorizer),
+    /// Local RBAC rules.
+    Policy(Arc<PolicyAuthorizer>),
+}
+
+impl Authorizer {
+    /// The mode name, as written in `--authorization-mode`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Authorizer::AlwaysAllow => "AlwaysAllow",
+            Authorizer::AlwaysDeny => "AlwaysDeny",
+            Authorizer::Node(_) => "Node",
+            Authorizer::Policy(_) => "Policy",
+        }
+    }
+
+    /// This authorizer's decision on one attribute set.
+    pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
+        match self {
+            Authorizer::AlwaysAllow => Decision::Allow(Reason::Static("AlwaysAllow")),
+            Authorizer::AlwaysDeny => Decision::NoOpinion(Reason::Static("Everything is forbidden.")),
+            Authorizer::Node(node) => node.authorize(attrs),
+            Authorizer::Policy(policy) => policy.authorize(attrs),
+        }
+    }
+}
+
+/// Authorizers asked in order; the first `Allow` or `Deny` wins (union semantics).
+#[derive(Debug)]
+pub struct AuthorizerChain {
+    authorizers: Vec<Authorizer>,
+}
+
+impl AuthorizerChain {
+    /// A chain of at least one authorizer.
+    pub fn new(authorizers: Vec<Authorizer>) -> AuthorizerChain {
+        AuthorizerChain { authorizers }
+    }
+
+    /// The chain's decision for one attribute set, with the name of the deciding authorizer
+    /// (`None` when every authorizer had no opinion).
+    pub fn authorize(&self, attrs: &Attributes<'_>) -> (Decision, Option<&'static str>) {
+        let mut last = Decision::NoOpinion(Reason::Static("no authorizer configured"));
+        for authorizer in &self.authorizers {
+            match authorizer.authorize(attrs) {
+                decision @ (Decision::Allow(_) | Decision::Deny(_)) => {
+                    return (decision, Some(authorizer.name()));
+                }
+                no_opinion => last = no_opinion,
+            }
+        }
+        (last, None)
+    }
+}
+
+/// The outcome of the kubelet's loop over a request's attribute list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestDecision {
+    /// Allowed on `subresource` by `authorizer` for `reason`.
+    Allowed {
+        /// The subresource whose attributes were allowed.
+        subresource: &'static str,
+        /// The authorizer that allowed.
+        authorizer: &'static str,
+        /// Its reason.
+        reason: Reason,
+    },
+    /// No attribute set was allowed: 403. `reason` is the last decision's reason.
+    Forbidden {
+        /// The last authorizer reason seen, for logs.
+        reason: Reason,
+    },
+}
+
+/// The kubelet's authorization loop (reference §1.1): each attribute set in order; only `Allow`
+/// stops it, `Deny` and `NoOpinion` both move on to the next set.
+pub fn authorize_request(
+    chain: &AuthorizerChain,
+    request: &KubeletAttributes,
+    user: &User,
+    node_name: &str,
+    path: &str,
+) -> RequestDecision {
+    let mut reason = Reason::Static("no attributes");
+    for subresource in request.subresources.iter() {
+        let attrs = Attributes {
+            user,
+            verb: request.verb,
+            subresource,
+            name: node_name,
+            path,
+        };
+        match chain.authorize(&attrs) {
+            (Decision::Allow(why), authorizer) => {
+                return RequestDecision::Allowed {
+                    subresource,
+                    authorizer: authorizer.unwrap_or_default(),
+                    reason: why,
+                };
+            }
+            (Decision::Deny(why) | Decision::NoOpinion(why), _) => reason = why,
+        }
+    }
+    RequestDecision::Forbidden { reason }
 }

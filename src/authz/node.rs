@@ -1,1 +1,81 @@
-//! (in progress)
+//! Holds node identities to their own node: a kubelet client certificate stolen from node A must not
+//! open node B's kubelet API. Not kubelet behaviour (reference §8 "Implications"): an extension that
+//! refuses early and spares the other authorizers.
+
+use super::{Attributes, Decision, Reason};
+
+/// The user-name prefix of node identities.
+const NODE_USER_PREFIX: &str = "system:node:";
+/// The group every node identity is in.
+const NODES_GROUP: &str = "system:nodes";
+
+/// The `Node` mode of `--authorization-mode`.
+#[derive(Debug, Clone)]
+pub struct NodeAuthorizer;
+
+impl NodeAuthorizer {
+    /// Denies a node identity (`system:node:<n>` in `system:nodes`) whose `<n>` is not the node this
+    /// proxy guards (`attrs.name`); has no opinion on everyone else, including this node's own
+    /// identity, which later authorizers decide on.
+    pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
+        let user = attrs.user;
+        match user.name.strip_prefix(NODE_USER_PREFIX) {
+            Some(node) if user.in_group(NODES_GROUP) => {
+                if node == attrs.name {
+                    Decision::NoOpinion(Reason::Static("node identity of this node"))
+                } else {
+                    Decision::Deny(Reason::Static(
+                        "node identities may only access their own node's kubelet",
+                    ))
+                }
+            }
+            _ => Decision::NoOpinion(Reason::Static("not a node identity")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authn::User;
+
+    fn decide(name: &str, groups: &[&str], node: &str) -> Decision {
+        let user = User {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..User::default()
+        };
+        NodeAuthorizer.authorize(&Attributes {
+            user: &user,
+            verb: "get",
+            subresource: "proxy",
+            name: node,
+            path: "/pods",
+        })
+    }
+
+    #[test]
+    fn other_nodes_are_denied_own_node_and_others_pass() {
+        assert!(matches!(
+            decide("system:node:n2", &["system:nodes"], "n1"),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            decide("system:node:", &["system:nodes"], "n1"),
+            Decision::Deny(_)
+        ));
+        assert!(matches!(
+            decide("system:node:n1", &["system:nodes"], "n1"),
+            Decision::NoOpinion(_)
+        ));
+        // Without the group it is not a node identity (reference §8).
+        assert!(matches!(
+            decide("system:node:n2", &[], "n1"),
+            Decision::NoOpinion(_)
+        ));
+        assert!(matches!(
+            decide("alice", &["system:nodes"], "n1"),
+            Decision::NoOpinion(_)
+        ));
+    }
+}

@@ -1,0 +1,167 @@
+//! Command-line flags, named as the kubelet names them wherever the kubelet has the setting, so an
+//! operator can carry values over from a kubelet unit file unchanged.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, ValueEnum};
+
+use super::duration::parse_go_duration;
+
+/// Everything the proxy needs to serve, as given on the command line.
+///
+/// Boolean flags follow Go's pflag form: `--anonymous-auth` means true and `--anonymous-auth=false`
+/// turns it off (a separate `false` word is not taken as the value, as in Go).
+#[derive(Debug, Clone, Args)]
+pub struct ProxyFlags {
+    /// The kubelet to forward to: `https://127.0.0.1:10250`, `http://127.0.0.1:10255` or
+    /// `unix:///path/to/socket`.
+    #[arg(long, value_name = "URL", help_heading = "Upstream kubelet")]
+    pub upstream: Option<String>,
+
+    /// PEM bundle of CAs that sign the kubelet's serving certificate (https upstream). Without it
+    /// the kubelet's certificate is checked against nothing and the proxy refuses to start.
+    #[arg(long, value_name = "FILE", help_heading = "Upstream kubelet")]
+    pub upstream_ca_file: Option<PathBuf>,
+
+    /// Client certificate (PEM) the proxy presents to the kubelet.
+    #[arg(long, value_name = "FILE", help_heading = "Upstream kubelet")]
+    pub upstream_client_cert_file: Option<PathBuf>,
+
+    /// Private key (PEM) for --upstream-client-cert-file.
+    #[arg(long, value_name = "FILE", help_heading = "Upstream kubelet")]
+    pub upstream_client_key_file: Option<PathBuf>,
+
+    /// Name to verify the kubelet's certificate against, when it differs from the --upstream host.
+    #[arg(long, value_name = "NAME", help_heading = "Upstream kubelet")]
+    pub upstream_server_name: Option<String>,
+
+    /// Time allowed to connect to the kubelet (including the TLS handshake).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration, help_heading = "Upstream kubelet")]
+    pub upstream_connect_timeout: Duration,
+
+    /// Address and port to serve the kubelet API on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:10250", help_heading = "Serving")]
+    pub listen_address: SocketAddr,
+
+    /// Serving certificate chain (PEM).
+    #[arg(long, value_name = "FILE", help_heading = "Serving")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// Private key (PEM: PKCS#8, PKCS#1 or SEC1) for --tls-cert-file.
+    #[arg(long, value_name = "FILE", help_heading = "Serving")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Minimum TLS version: VersionTLS12 or VersionTLS13 (VersionTLS10/11 are refused).
+    #[arg(long, value_name = "VERSION", default_value = "VersionTLS12", help_heading = "Serving")]
+    pub tls_min_version: String,
+
+    /// Comma-separated TLS 1.2 cipher suites by their Go names (e.g.
+    /// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256). Default: all suites rustls offers. As in Go, TLS
+    /// 1.3 suites are always enabled.
+    #[arg(long, value_name = "NAMES", value_delimiter = ',', help_heading = "Serving")]
+    pub tls_cipher_suites: Vec<String>,
+
+    /// Time a client has to send its request headers, and to complete the TLS handshake.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration, help_heading = "Serving")]
+    pub header_read_timeout: Duration,
+
+    /// Most client connections served at once; further ones wait in the listen queue.
+    #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Serving")]
+    pub max_connections: u32,
+
+    /// On SIGTERM/SIGINT, time given to in-flight requests before connections are closed.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_go_duration, help_heading = "Serving")]
+    pub shutdown_grace_period: Duration,
+
+    /// PEM bundle of CAs for x509 client-certificate authentication. A client certificate is
+    /// requested, never required, at the handshake; an invalid one is answered with 401.
+    #[arg(long, value_name = "FILE", help_heading = "Authentication")]
+    pub client_ca_file: Option<PathBuf>,
+
+    /// Serve requests that carry no credential as system:anonymous. The kubelet's flag defaults
+    /// to true; ours is off by default.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Authentication")]
+    pub anonymous_auth: bool,
+
+    /// Comma-separated authorizers tried in order; the first Allow or Deny wins: AlwaysAllow,
+    /// AlwaysDeny, Node, Policy.
+    #[arg(long, value_name = "MODES", value_delimiter = ',', help_heading = "Authorization")]
+    pub authorization_mode: Vec<AuthorizationMode>,
+
+    /// RBAC manifests (ClusterRole, ClusterRoleBinding, List; multi-document YAML) for the Policy
+    /// authorizer. Repeatable.
+    #[arg(long, value_name = "FILE", help_heading = "Authorization")]
+    pub authorization_policy_file: Vec<PathBuf>,
+
+    /// The Node name of the kubelet behind the proxy, used as the `name` of every attribute.
+    /// Default: this machine's hostname, lowercased, as the kubelet does.
+    #[arg(long, visible_alias = "hostname-override", value_name = "NAME", help_heading = "Authorization")]
+    pub node_name: Option<String>,
+
+    /// Authorize /exec, /attach, /portForward and /run with verb `create` whatever the HTTP method,
+    /// so a WebSocket GET cannot run commands with only `get nodes/proxy`. `=false` restores the
+    /// kubelet's behaviour.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Authorization")]
+    pub exec_requires_create: bool,
+
+    /// Ask for the fine-grained subresources (nodes/pods, nodes/healthz, nodes/configz, …) before
+    /// falling back to nodes/proxy, as kubelets 1.33+ do. `=false` gives the older single attribute.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Authorization")]
+    pub fine_grained_authz: bool,
+
+    /// Use the path table of recent kubelet master: /statusz needs nodes/statusz and /flagz needs
+    /// nodes/configz, with no nodes/proxy fallback. Off: the 1.33–1.35 table.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Authorization")]
+    pub standalone_statusz_flagz: bool,
+
+    /// Set X-Remote-User, X-Remote-Group and X-Remote-Extra-* on forwarded requests (client-sent
+    /// ones are always removed).
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Upstream kubelet")]
+    pub forward_identity_headers: bool,
+
+    /// Address for /healthz, /readyz and /metrics (plain HTTP; keep it on loopback).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10262", help_heading = "Operations")]
+    pub admin_listen_address: SocketAddr,
+
+    /// Log line format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, help_heading = "Operations")]
+    pub log_format: LogFormat,
+
+    /// Log verbosity: 0 info, 1-3 debug, 4+ trace. RUST_LOG, when set, takes precedence.
+    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0, help_heading = "Operations")]
+    pub verbosity: u8,
+}
+
+/// One authorizer of the `--authorization-mode` chain, spelled as Kubernetes spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AuthorizationMode {
+    /// Allows every authenticated request.
+    #[value(name = "AlwaysAllow")]
+    AlwaysAllow,
+    /// Has no opinion on anything (as in Kubernetes); requests are refused unless a later
+    /// authorizer allows them.
+    #[value(name = "AlwaysDeny")]
+    AlwaysDeny,
+    /// Denies node identities (`system:node:<n>` in `system:nodes`) other than this node.
+    #[value(name = "Node")]
+    Node,
+    /// Local RBAC rules from --authorization-policy-file.
+    #[value(name = "Policy")]
+    Policy,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}

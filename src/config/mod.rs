@@ -1,0 +1,346 @@
+//! Configuration: flags parsed by clap ([`flags`]), then validated and loaded (certificates, keys,
+//! policies) into one typed [`Config`]. Every problem is a [`ConfigError`] that names the flag and,
+//! for files, the path, so `main` can print one clear line and exit with status 2.
+
+pub mod duration;
+pub mod flags;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::uri::{Authority, Uri};
+use rustls::pki_types::ServerName;
+
+use crate::authn::Authenticator;
+use crate::authn::x509::{ClientCa, X509Authenticator};
+use crate::authz::attributes::AttributeMapping;
+use crate::authz::node::NodeAuthorizer;
+use crate::authz::policy::PolicyAuthorizer;
+use crate::authz::{Authorizer, AuthorizerChain};
+use crate::proxy::{ForwardOptions, Forwarder, UpstreamTarget};
+use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
+use flags::{AuthorizationMode, ProxyFlags};
+
+/// A configuration problem, reported before anything is served.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A flag's value is wrong or missing.
+    #[error("{flag}: {reason}")]
+    Flag {
+        /// The flag, e.g. `--upstream`.
+        flag: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A file named by a flag is missing, unreadable or malformed.
+    #[error("{flag} {}: {reason}", path.display())]
+    File {
+        /// The flag that named the file.
+        flag: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+fn flag_error(flag: &'static str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Flag {
+        flag,
+        reason: reason.into(),
+    }
+}
+
+fn file_error(flag: &'static str, path: &Path, reason: impl Into<String>) -> ConfigError {
+    ConfigError::File {
+        flag,
+        path: path.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Everything the server needs, validated and loaded.
+pub struct Config {
+    /// Where the kubelet API is served.
+    pub listen_address: SocketAddr,
+    /// Where /healthz, /readyz and /metrics are served.
+    pub admin_listen_address: SocketAddr,
+    /// Serving TLS, client certificates requested when x509 authentication is on.
+    pub server_tls: Arc<rustls::ServerConfig>,
+    /// Who is calling.
+    pub authenticator: Authenticator,
+    /// May they do it.
+    pub authorizers: AuthorizerChain,
+    /// How requests map to attributes.
+    pub mapping: AttributeMapping,
+    /// The Node name of every attribute.
+    pub node_name: String,
+    /// The pooled client to the kubelet.
+    pub forwarder: Forwarder,
+    /// Handshake and request-header deadline.
+    pub header_read_timeout: Duration,
+    /// Most connections served at once.
+    pub max_connections: usize,
+    /// Time given to in-flight requests at shutdown.
+    pub shutdown_grace_period: Duration,
+}
+
+impl Config {
+    /// Validates `flags` and loads every file they name.
+    pub fn load(flags: &ProxyFlags) -> Result<Config, ConfigError> {
+        let cert_path = flags
+            .tls_cert_file
+            .as_deref()
+            .ok_or_else(|| flag_error("--tls-cert-file", "required"))?;
+        let key_path = flags
+            .tls_private_key_file
+            .as_deref()
+            .ok_or_else(|| flag_error("--tls-private-key-file", "required"))?;
+        let cert_chain =
+            tls::read_certs(cert_path).map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
+        let key = tls::read_key(key_path)
+            .map_err(|e| file_error("--tls-private-key-file", key_path, e))?;
+        let min_version = ciphers::parse_min_version(&flags.tls_min_version)
+            .map_err(|e| flag_error("--tls-min-version", e))?;
+        let cipher_suites = ciphers::select_suites(&flags.tls_cipher_suites)
+            .map_err(|e| flag_error("--tls-cipher-suites", e))?;
+        if min_version == ciphers::MinVersion::Tls13 && !flags.tls_cipher_suites.is_empty() {
+            tracing::warn!("--tls-cipher-suites has no effect with --tls-min-version=VersionTLS13");
+        }
+
+        let client_ca = match &flags.client_ca_file {
+            Some(path) => Some(Arc::new(
+                ClientCa::from_pem_file(path)
+                    .map_err(|e| file_error("--client-ca-file", path, e.to_string()))?,
+            )),
+            None => None,
+        };
+        let hints = client_ca.as_ref().map(|ca| ca.hint_subjects());
+        let server_tls = tls::server_config(ServerTls {
+            cert_chain,
+            key,
+            min_version,
+            cipher_suites,
+            client_ca_hints: hints.as_deref(),
+        })
+        .map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
+        let authenticator = Authenticator::new(
+            client_ca.map(X509Authenticator::new),
+            flags.anonymous_auth,
+        )
+        .map_err(|e| flag_error("--client-ca-file", e.to_string()))?;
+
+        let node_name = match &flags.node_name {
+            Some(name) if !name.trim().is_empty() => name.trim().to_owned(),
+            Some(_) => return Err(flag_error("--node-name", "must not be empty")),
+            None => default_node_name().map_err(|e| flag_error("--node-name", e))?,
+        };
+
+        Ok(Config {
+            listen_address: flags.listen_address,
+            admin_listen_address: flags.admin_listen_address,
+            server_tls,
+            authenticator,
+            authorizers: authorizers(flags)?,
+            mapping: AttributeMapping {
+                fine_grained: flags.fine_grained_authz,
+                exec_requires_create: flags.exec_requires_create,
+                standalone_statusz_flagz: flags.standalone_statusz_flagz,
+            },
+            node_name,
+            forwarder: forwarder(flags)?,
+            header_read_timeout: flags.header_read_timeout,
+            max_connections: flags.max_connections as usize,
+            shutdown_grace_period: flags.shutdown_grace_period,
+        })
+    }
+}
+
+/// The kubelet's default node name: the hostname, lowercased.
+fn default_node_name() -> Result<String, String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_err(|e| format!("cannot read the hostname ({e}); set --node-name"))?;
+    let name = name.trim().to_lowercase();
+    if name.is_empty() {
+        return Err("the hostname is empty; set --node-name".into());
+    }
+    Ok(name)
+}
+
+fn authorizers(flags: &ProxyFlags) -> Result<AuthorizerChain, ConfigError> {
+    const FLAG: &str = "--authorization-mode";
+    if flags.authorization_mode.is_empty() {
+        return Err(flag_error(
+            FLAG,
+            "no authorization mode specified (one or more of AlwaysAllow, AlwaysDeny, Node, Policy)",
+        ));
+    }
+    let mut chain = Vec::with_capacity(flags.authorization_mode.len());
+    for (i, mode) in flags.authorization_mode.iter().enumerate() {
+        if flags.authorization_mode[..i].contains(mode) {
+            return Err(flag_error(
+                FLAG,
+                format!("mode {mode:?} is specified more than once"),
+            ));
+        }
+        chain.push(match mode {
+            AuthorizationMode::AlwaysAllow => Authorizer::AlwaysAllow,
+            AuthorizationMode::AlwaysDeny => Authorizer::AlwaysDeny,
+            AuthorizationMode::Node => Authorizer::Node(NodeAuthorizer),
+            AuthorizationMode::Policy => {
+                if flags.authorization_policy_file.is_empty() {
+                    return Err(flag_error(
+                        "--authorization-policy-file",
+                        "required by --authorization-mode=Policy",
+                    ));
+                }
+                let policy = PolicyAuthorizer::load(&flags.authorization_policy_file)
+                    .map_err(|e| flag_error("--authorization-policy-file", e.to_string()))?;
+                Authorizer::Policy(Arc::new(policy))
+            }
+        });
+    }
+    if !flags.authorization_policy_file.is_empty()
+        && !flags
+            .authorization_mode
+            .contains(&AuthorizationMode::Policy)
+    {
+        return Err(flag_error(
+            "--authorization-policy-file",
+            "given, but Policy is not in --authorization-mode",
+        ));
+    }
+    Ok(AuthorizerChain::new(chain))
+}
+
+/// Parses `--upstream` into a target; only a bare scheme://host[:port] or unix:///path is accepted,
+/// so the forwarded path is always exactly the client's.
+fn upstream_target(url: &str) -> Result<UpstreamTarget, String> {
+    if let Some(path) = url.strip_prefix("unix://") {
+        if !path.starts_with('/') {
+            return Err("a unix socket must be an absolute path: unix:///path/to/socket".into());
+        }
+        return Ok(UpstreamTarget::Unix {
+            path: PathBuf::from(path),
+        });
+    }
+    let uri: Uri = url
+        .parse()
+        .map_err(|e| format!("not a URL ({e}); expected https://host:port, http://host:port or unix:///path"))?;
+    if uri.query().is_some() || !matches!(uri.path(), "" | "/") {
+        return Err("must not have a path or query: the client's path is forwarded as is".into());
+    }
+    let authority: Authority = uri
+        .authority()
+        .cloned()
+        .ok_or("missing host; expected https://host:port")?;
+    match uri.scheme_str() {
+        Some("https") => Ok(UpstreamTarget::Https { authority }),
+        Some("http") => Ok(UpstreamTarget::Http { authority }),
+        _ => Err("scheme must be https, http or unix".into()),
+    }
+}
+
+fn forwarder(flags: &ProxyFlags) -> Result<Forwarder, ConfigError> {
+    let url = flags
+        .upstream
+        .as_deref()
+        .ok_or_else(|| flag_error("--upstream", "required (e.g. https://127.0.0.1:10250)"))?;
+    let target = upstream_target(url).map_err(|e| flag_error("--upstream", e))?;
+    let client_identity = match (
+        &flags.upstream_client_cert_file,
+        &flags.upstream_client_key_file,
+    ) {
+        (Some(cert), Some(key)) => Some((
+            tls::read_certs(cert).map_err(|e| file_error("--upstream-client-cert-file", cert, e))?,
+            tls::read_key(key).map_err(|e| file_error("--upstream-client-key-file", key, e))?,
+        )),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(flag_error(
+                "--upstream-client-key-file",
+                "required with --upstream-client-cert-file",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(flag_error(
+                "--upstream-client-cert-file",
+                "required with --upstream-client-key-file",
+            ));
+        }
+    };
+    let tls = match &target {
+        UpstreamTarget::Https { .. } => {
+            let ca = flags.upstream_ca_file.as_deref().ok_or_else(|| {
+                flag_error("--upstream-ca-file", "required for an https --upstream")
+            })?;
+            let roots = tls::read_certs(ca).map_err(|e| file_error("--upstream-ca-file", ca, e))?;
+            Some(
+                tls::upstream_client_config(UpstreamTls {
+                    roots,
+                    client_identity,
+                })
+                .map_err(|e| flag_error("--upstream-client-cert-file", e))?,
+            )
+        }
+        _ => {
+            if client_identity.is_some() || flags.upstream_ca_file.is_some() {
+                return Err(flag_error(
+                    "--upstream",
+                    "TLS files for the upstream are given but --upstream is not https://",
+                ));
+            }
+            None
+        }
+    };
+    let server_name = match &flags.upstream_server_name {
+        Some(name) => Some(
+            ServerName::try_from(name.clone())
+                .map_err(|e| flag_error("--upstream-server-name", e.to_string()))?,
+        ),
+        None => None,
+    };
+    Forwarder::new(
+        target,
+        tls,
+        server_name,
+        ForwardOptions {
+            forward_identity_headers: flags.forward_identity_headers,
+            connect_timeout: flags.upstream_connect_timeout,
+        },
+    )
+    .map_err(|e| flag_error("--upstream", e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_forms() {
+        assert!(matches!(
+            upstream_target("https://127.0.0.1:10250"),
+            Ok(UpstreamTarget::Https { .. })
+        ));
+        assert!(matches!(
+            upstream_target("http://localhost:10255/"),
+            Ok(UpstreamTarget::Http { .. })
+        ));
+        assert!(matches!(
+            upstream_target("unix:///run/kubelet.sock"),
+            Ok(UpstreamTarget::Unix { .. })
+        ));
+        for bad in [
+            "unix://relative.sock",
+            "https://h:1/prefix",
+            "https://h:1/?q=1",
+            "ftp://h",
+            "/just/a/path",
+            "https://",
+        ] {
+            assert!(upstream_target(bad).is_err(), "{bad} should be refused");
+        }
+    }
+}

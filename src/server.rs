@@ -1,0 +1,344 @@
+//! Listeners and the request pipeline. A request goes, top to bottom:
+//!
+//! 1. canonical path: not canonical → 301 to the cleaned path, unusable → 400 (before authentication,
+//!    as the kubelet's Go router answers);
+//! 2. authenticate: the connection's verified client certificate, else anonymous when allowed → 401;
+//! 3. attributes: verb and path → the ordered `nodes/<subresource>` list;
+//! 4. authorize: the kubelet's loop over that list → 403;
+//! 5. forward: the identical path and query to the kubelet, bodies and upgrades streamed.
+//!
+//! Every request is counted and timed once its response headers are ready.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use http::{Request, Response};
+use http_body_util::Either;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use rustls::pki_types::UnixTime;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
+use tracing::{debug, info, warn};
+
+use crate::admin;
+use crate::authn::{Authentication, Authenticator, ConnectionIdentity};
+use crate::authz::attributes::{AttributeMapping, kubelet_attributes};
+use crate::authz::{AuthorizerChain, RequestDecision, authorize_request};
+use crate::canonical_path::{PathCheck, check_path};
+use crate::config::Config;
+use crate::metrics::{Metrics, Outcome, RequestLabels};
+use crate::proxy::Forwarder;
+use crate::responses::{self, ResponseBody};
+
+/// What every request handler shares, read-only.
+struct Pipeline {
+    authenticator: Authenticator,
+    authorizers: AuthorizerChain,
+    mapping: AttributeMapping,
+    node_name: String,
+    forwarder: Forwarder,
+    metrics: Arc<Metrics>,
+}
+
+/// A running proxy: its addresses, and the means to stop it.
+pub struct RunningProxy {
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+    /// Sending `true` asks both accept loops to stop; the main loop then drains its connections.
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<()>,
+    admin: JoinHandle<()>,
+}
+
+impl RunningProxy {
+    /// The address the kubelet API is served on (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address of /healthz, /readyz and /metrics.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Stops accepting, lets in-flight requests finish within the grace period, then returns.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.server.await;
+        let _ = self.admin.await;
+    }
+}
+
+/// Binds both listeners and starts serving.
+pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
+    let listener = TcpListener::bind(config.listen_address).await?;
+    let admin_listener = TcpListener::bind(config.admin_listen_address).await?;
+    let addr = listener.local_addr()?;
+    let admin_addr = admin_listener.local_addr()?;
+    let metrics = Arc::new(Metrics::new());
+    let (shutdown, shutdown_rx) = watch::channel(false);
+
+    let admin = tokio::spawn(admin::serve(
+        admin_listener,
+        Arc::clone(&metrics),
+        shutdown_rx.clone(),
+    ));
+    let limits = Limits {
+        max_connections: config.max_connections,
+        handshake_timeout: config.header_read_timeout,
+        grace_period: config.shutdown_grace_period,
+    };
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(config.header_read_timeout);
+    http.http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(250);
+    let acceptor = TlsAcceptor::from(Arc::clone(&config.server_tls));
+    let pipeline = Arc::new(Pipeline {
+        authenticator: config.authenticator,
+        authorizers: config.authorizers,
+        mapping: config.mapping,
+        node_name: config.node_name,
+        forwarder: config.forwarder,
+        metrics,
+    });
+    info!(%addr, %admin_addr, "serving the kubelet API");
+    let server = tokio::spawn(accept_loop(
+        listener,
+        acceptor,
+        Arc::new(http),
+        pipeline,
+        limits,
+        shutdown_rx,
+    ));
+    Ok(RunningProxy {
+        addr,
+        admin_addr,
+        shutdown,
+        server,
+        admin,
+    })
+}
+
+struct Limits {
+    max_connections: usize,
+    handshake_timeout: std::time::Duration,
+    grace_period: std::time::Duration,
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    http: Arc<auto::Builder<TokioExecutor>>,
+    pipeline: Arc<Pipeline>,
+    limits: Limits,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // Bounds open connections: a permit is held for a connection's whole life; when none is left
+    // the loop stops accepting and new clients wait in the kernel's listen queue.
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = GracefulShutdown::new();
+    loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            _ = shutdown.changed() => break,
+        };
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    // Typically EMFILE; back off briefly instead of spinning.
+                    warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = shutdown.changed() => break,
+        };
+        let pipeline = Arc::clone(&pipeline);
+        let acceptor = acceptor.clone();
+        let http = Arc::clone(&http);
+        let watcher = graceful.watcher();
+        let handshake_timeout = limits.handshake_timeout;
+        tokio::spawn(async move {
+            let metrics = Arc::clone(&pipeline.metrics);
+            metrics.connections().inc();
+            serve_connection(tcp, peer, acceptor, http, pipeline, watcher, handshake_timeout).await;
+            metrics.connections().dec();
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(limits.grace_period, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        warn!(
+            grace_period = ?limits.grace_period,
+            "connections still open after the shutdown grace period; closing them"
+        );
+    }
+}
+
+async fn serve_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    http: Arc<auto::Builder<TokioExecutor>>,
+    pipeline: Arc<Pipeline>,
+    watcher: hyper_util::server::graceful::Watcher,
+    handshake_timeout: std::time::Duration,
+) {
+    let _ = tcp.set_nodelay(true);
+    let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            pipeline.metrics.handshake_failed();
+            debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            pipeline.metrics.handshake_failed();
+            debug!(%peer, "TLS handshake timed out");
+            return;
+        }
+    };
+    let identity = Arc::new(
+        pipeline
+            .authenticator
+            .authenticate_connection(tls.get_ref().1.peer_certificates(), UnixTime::now()),
+    );
+    let service = service_fn(move |req| {
+        let pipeline = Arc::clone(&pipeline);
+        let identity = Arc::clone(&identity);
+        async move { Ok::<_, Infallible>(pipeline.handle(&identity, peer, req).await) }
+    });
+    let conn = http
+        .serve_connection_with_upgrades(TokioIo::new(tls), service)
+        .into_owned();
+    if let Err(e) = watcher.watch(conn).await {
+        debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+impl Pipeline {
+    async fn handle(
+        &self,
+        identity: &ConnectionIdentity,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+    ) -> Response<ResponseBody> {
+        let started = Instant::now();
+        let (response, decision, subresource) = self.decide_and_forward(identity, peer, req).await;
+        self.metrics.observe_request(
+            &RequestLabels {
+                code: response.status().as_u16(),
+                decision,
+                subresource,
+            },
+            started.elapsed(),
+        );
+        response
+    }
+
+    async fn decide_and_forward(
+        &self,
+        identity: &ConnectionIdentity,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+    ) -> (Response<ResponseBody>, Outcome, &'static str) {
+        let decoded = match check_path(req.uri().path()) {
+            PathCheck::Canonical { decoded } => decoded,
+            PathCheck::Redirect { location } => {
+                let location = match req.uri().query() {
+                    Some(query) => format!("{location}?{query}"),
+                    None => location,
+                };
+                return (
+                    responses::redirect(req.method(), &location),
+                    Outcome::Redirected,
+                    "",
+                );
+            }
+            PathCheck::Reject(reason) => {
+                debug!(%peer, %reason, "refused request path");
+                return (
+                    responses::bad_request(&reason.to_string()),
+                    Outcome::BadRequest,
+                    "",
+                );
+            }
+        };
+
+        let user = match self.authenticator.authenticate(identity, unix_now()) {
+            Authentication::User(user) => user,
+            Authentication::Unauthenticated => {
+                debug!(%peer, path = %decoded, "no credential");
+                return (responses::unauthorized(), Outcome::Unauthenticated, "");
+            }
+            Authentication::Failed(reason) => {
+                debug!(%peer, path = %decoded, %reason, "authentication failed");
+                return (responses::unauthorized(), Outcome::Unauthenticated, "");
+            }
+        };
+
+        let attrs = kubelet_attributes(&self.mapping, req.method(), &decoded);
+        let subresource = match authorize_request(
+            &self.authorizers,
+            &attrs,
+            &user,
+            &self.node_name,
+            &decoded,
+        ) {
+            RequestDecision::Allowed {
+                subresource,
+                authorizer,
+                reason,
+            } => {
+                debug!(user = %user.name, verb = attrs.verb, path = %decoded, subresource, authorizer, %reason, "allowed");
+                subresource
+            }
+            RequestDecision::Forbidden { reason } => {
+                debug!(user = %user.name, verb = attrs.verb, path = %decoded, subresources = %attrs.subresources, %reason, "forbidden");
+                return (
+                    responses::forbidden(&user, attrs.verb, &attrs.subresources),
+                    Outcome::Forbidden,
+                    attrs.subresources.iter().next().unwrap_or_default(),
+                );
+            }
+        };
+        // The decoded path borrows the request, which is handed on next.
+        drop(decoded);
+
+        match self.forwarder.forward(req, &user).await {
+            Ok(response) => (response.map(Either::Left), Outcome::Allowed, subresource),
+            Err(e) => {
+                warn!(%peer, error = %e, "forwarding to the kubelet failed");
+                (
+                    responses::bad_gateway(&e.to_string()),
+                    Outcome::UpstreamError,
+                    subresource,
+                )
+            }
+        }
+    }
+}

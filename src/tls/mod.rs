@@ -1,0 +1,121 @@
+//! rustls configurations: the serving side (ALPN h2 + http/1.1, kubelet-named versions and cipher
+//! suites, client certificates requested but never required) and the client side towards the
+//! kubelet. Only the ring provider is used; nothing here installs a process-wide default.
+
+pub mod ciphers;
+pub mod client_auth;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+use ciphers::MinVersion;
+use client_auth::RequestClientCert;
+
+/// Reads every certificate of a PEM file. An unreadable file, a PEM error or a file without any
+/// certificate is an error whose text names the problem (the caller names the flag and file).
+pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("bad PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("no PEM certificate found".into());
+    }
+    Ok(certs)
+}
+
+/// Reads the first private key (PKCS#8, PKCS#1 or SEC1) of a PEM file.
+pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
+        rustls::pki_types::pem::Error::NoItemsFound => "no PEM private key found".to_owned(),
+        e => format!("bad PEM: {e}"),
+    })
+}
+
+fn provider_with(suites: Vec<rustls::SupportedCipherSuite>) -> rustls::crypto::CryptoProvider {
+    rustls::crypto::CryptoProvider {
+        cipher_suites: suites,
+        ..rustls::crypto::ring::default_provider()
+    }
+}
+
+static TLS12_AND_13: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
+static TLS13_ONLY: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+
+fn versions(min: MinVersion) -> &'static [&'static rustls::SupportedProtocolVersion] {
+    match min {
+        MinVersion::Tls12 => TLS12_AND_13,
+        MinVersion::Tls13 => TLS13_ONLY,
+    }
+}
+
+/// Settings of the serving TLS endpoint.
+pub struct ServerTls<'a> {
+    /// The serving chain and key.
+    pub cert_chain: Vec<CertificateDer<'static>>,
+    /// Private key of the leaf of `cert_chain`.
+    pub key: PrivateKeyDer<'static>,
+    /// Minimum protocol version.
+    pub min_version: MinVersion,
+    /// Enabled suites (see [`ciphers::select_suites`]).
+    pub cipher_suites: Vec<rustls::SupportedCipherSuite>,
+    /// Subjects to advertise when client certificates are requested; `None` requests none.
+    pub client_ca_hints: Option<&'a [rustls::DistinguishedName]>,
+}
+
+/// Builds the serving configuration. With `client_ca_hints`, a client certificate is requested but
+/// never required, and only the handshake signature is checked (see [`RequestClientCert`]).
+pub fn server_config(settings: ServerTls<'_>) -> Result<Arc<ServerConfig>, String> {
+    let builder = ServerConfig::builder_with_provider(Arc::new(provider_with(
+        settings.cipher_suites,
+    )))
+    .with_protocol_versions(versions(settings.min_version))
+    .map_err(|e| format!("TLS settings: {e}"))?;
+    let builder = match settings.client_ca_hints {
+        Some(hints) => builder.with_client_cert_verifier(Arc::new(RequestClientCert::new(
+            hints.to_vec(),
+        ))),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder
+        .with_single_cert(settings.cert_chain, settings.key)
+        .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Settings of the TLS client that talks to the kubelet.
+pub struct UpstreamTls {
+    /// CAs that sign the kubelet's serving certificate.
+    pub roots: Vec<CertificateDer<'static>>,
+    /// Client certificate chain and key presented to the kubelet, if any.
+    pub client_identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+}
+
+/// Builds the client configuration towards the kubelet. ALPN is left unset on purpose: the
+/// forwarder speaks HTTP/1.1 to the kubelet (upgrades need it).
+pub fn upstream_client_config(settings: UpstreamTls) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    for (i, cert) in settings.roots.into_iter().enumerate() {
+        roots
+            .add(cert)
+            .map_err(|e| format!("CA certificate {} is not usable: {e}", i + 1))?;
+    }
+    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_protocol_versions(versions(MinVersion::Tls12))
+        .map_err(|e| format!("TLS settings: {e}"))?
+        .with_root_certificates(roots);
+    let config = match settings.client_identity {
+        Some((chain, key)) => builder
+            .with_client_auth_cert(chain, key)
+            .map_err(|e| format!("client certificate and key do not form a usable pair: {e}"))?,
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(config))
+}
