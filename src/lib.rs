@@ -29,7 +29,7 @@ pub mod responses;
 pub mod server;
 pub mod tls;
 
-pub use config::Config;
+pub use config::{Config, ConfigError};
 pub use server::{RunningProxy, start};
 
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully.
