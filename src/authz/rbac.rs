@@ -159,7 +159,7 @@ pub fn subject_applies(
 ) -> bool {
     match subject.kind.as_str() {
         USER_KIND => user == subject.name,
-        GROUP_KIND => groups.iter().any(|g| *g == subject.name),
+        GROUP_KIND => groups.contains(&subject.name),
         SERVICE_ACCOUNT_KIND => {
             let namespace = if subject.namespace.is_empty() {
                 binding_namespace
