@@ -137,6 +137,14 @@ pub enum PolicyProblem {
     /// A ClusterRole with `aggregationRule`: its rules come from a controller we do not run.
     #[error("aggregated ClusterRoles are not supported; list the rules directly")]
     Aggregated,
+    /// A rule the API server's validation would reject; most such rules could never match.
+    #[error("rules[{index}]: {reason}")]
+    InvalidRule {
+        /// Position in `rules`.
+        index: usize,
+        /// What is wrong, in the API server's words.
+        reason: &'static str,
+    },
     /// A ClusterRoleBinding without `roleRef`.
     #[error("missing roleRef")]
     MissingRoleRef,
@@ -301,7 +309,7 @@ impl PolicyAuthorizer {
             resource_request: true,
             path: attrs.path,
         };
-        let user = &attrs.user;
+        let user = attrs.user;
         let lists = self.by_user.get(user.name.as_str()).into_iter().chain(
             user.groups
                 .iter()
@@ -423,6 +431,7 @@ struct Origin {
 }
 
 impl Origin {
+    /// The error for a problem with the object defined here.
     fn invalid(&self, object: String, problem: PolicyProblem) -> PolicyError {
         PolicyError::Invalid {
             source_name: self.source_name.clone(),
@@ -544,9 +553,14 @@ impl Loader {
                     first: first.to_string(),
                 });
             }
+            let rules = raw.rules.unwrap_or_default();
+            for (index, rule) in rules.iter().enumerate() {
+                if let Some(reason) = rule_problem(rule) {
+                    return fail(PolicyProblem::InvalidRule { index, reason });
+                }
+            }
             self.role_names.insert(name, (self.roles.len(), origin));
-            self.roles
-                .push(raw.rules.unwrap_or_default().into_boxed_slice());
+            self.roles.push(rules.into_boxed_slice());
             return Ok(());
         }
 
@@ -627,6 +641,28 @@ impl Loader {
     }
 }
 
+/// Checks one ClusterRole rule as the API server's validation would: a forgotten `apiGroups: [""]`
+/// or `verbs` would otherwise load as a rule that silently grants nothing.
+fn rule_problem(rule: &PolicyRule) -> Option<&'static str> {
+    if rule.verbs.is_empty() {
+        return Some("verbs must contain at least one value");
+    }
+    if !rule.non_resource_urls.is_empty() {
+        let mixed = !(rule.api_groups.is_empty()
+            && rule.resources.is_empty()
+            && rule.resource_names.is_empty());
+        return mixed
+            .then_some("rules cannot apply to both regular resources and non-resource URLs");
+    }
+    if rule.api_groups.is_empty() {
+        return Some("resource rules must supply at least one api group");
+    }
+    if rule.resources.is_empty() {
+        return Some("resource rules must supply at least one resource");
+    }
+    None
+}
+
 /// Checks one ClusterRoleBinding subject as the API server's validation would, and rejects what
 /// could never match.
 fn subject_problem(index: usize, subject: &Subject) -> Option<PolicyProblem> {
@@ -678,6 +714,7 @@ fn describe_object(raw: &RawObject) -> String {
     }
 }
 
+/// `<kind> "<name>"`, the name quoted so that it cannot break the message.
 fn describe(kind: &str, name: &str) -> String {
     format!("{kind} {}", go_quote(name))
 }
@@ -1013,7 +1050,8 @@ rules:
         let proxy_role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n\
                           metadata: {name: proxy}\nrules:\n- apiGroups: [\"\"]\n  \
                           resources: [\"nodes/proxy\"]\n  verbs: [\"*\"]\n";
-        // 1st: matches alice but grants nothing for stats; 2nd: via a group; 3rd: via her name.
+        // 1st: matches alice but grants nothing for stats; 2nd: via a group; 3rd: via her name;
+        // 4th: via another group.
         let first = binding("a-proxy", "proxy", "- kind: User\n  name: alice\n");
         let second = binding(
             "b-group",
@@ -1025,10 +1063,15 @@ rules:
             "kubelet-metrics-reader",
             "- kind: User\n  name: alice\n",
         );
+        let fourth = binding(
+            "d-late",
+            "kubelet-metrics-reader",
+            "- kind: Group\n  name: late\n",
+        );
         let p = policy(&[
             (
                 "bindings.yaml",
-                &format!("{first}---\n{second}---\n{third}"),
+                &format!("{first}---\n{second}---\n{third}---\n{fourth}"),
             ),
             ("roles.yaml", &format!("{METRICS_READER}---\n{proxy_role}")),
         ])
@@ -1038,13 +1081,16 @@ rules:
         assert!(reason.contains("\"b-group\""), "{reason}");
         let reason = allow_reason_of(decide(&p, &user("alice", &[]), "get", "stats", "n1"));
         assert!(reason.contains("\"c-user\""), "{reason}");
+        // Found through the user name first, a later binding found through a group loses.
+        let reason = allow_reason_of(decide(&p, &user("alice", &["late"]), "get", "stats", "n1"));
+        assert!(reason.contains("\"c-user\""), "{reason}");
         let reason = allow_reason_of(decide(&p, &alice, "", "proxy", "n1"));
         assert!(reason.contains("\"a-proxy\""), "{reason}");
         assert_eq!(
             p.stats(),
             PolicyStats {
                 cluster_roles: 2,
-                cluster_role_bindings: 3,
+                cluster_role_bindings: 4,
                 rules: 2
             }
         );
@@ -1083,6 +1129,10 @@ items:
     - nodes/spec
     verbs:
     - '*'
+  - nonResourceURLs:
+    - /healthz
+    verbs:
+    - get
 - apiVersion: rbac.authorization.k8s.io/v1
   kind: ClusterRoleBinding
   metadata:
@@ -1103,7 +1153,7 @@ items:
             PolicyStats {
                 cluster_roles: 1,
                 cluster_role_bindings: 1,
-                rules: 1
+                rules: 2
             }
         );
         let apiserver = user("kube-apiserver-kubelet-client", &["system:masters"]);
@@ -1227,6 +1277,26 @@ items:
                 format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: agg}}\naggregationRule:\n  clusterRoleSelectors:\n  - matchLabels: {{a: b}}\nrules: []\n"),
                 "ClusterRole \"agg\"",
                 PolicyProblem::Aggregated,
+            ),
+            (
+                format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: r}}\nrules:\n- {{verbs: [get], apiGroups: [\"\"], resources: [nodes/stats]}}\n- {{verbs: [get], resources: [nodes/proxy]}}\n"),
+                "ClusterRole \"r\"",
+                PolicyProblem::InvalidRule { index: 1, reason: "resource rules must supply at least one api group" },
+            ),
+            (
+                format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: r}}\nrules:\n- {{apiGroups: [\"\"], resources: [nodes/proxy]}}\n"),
+                "ClusterRole \"r\"",
+                PolicyProblem::InvalidRule { index: 0, reason: "verbs must contain at least one value" },
+            ),
+            (
+                format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: r}}\nrules:\n- {{verbs: [get], apiGroups: [\"\"]}}\n"),
+                "ClusterRole \"r\"",
+                PolicyProblem::InvalidRule { index: 0, reason: "resource rules must supply at least one resource" },
+            ),
+            (
+                format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: r}}\nrules:\n- {{verbs: [get], nonResourceURLs: [/healthz], resources: [nodes/proxy]}}\n"),
+                "ClusterRole \"r\"",
+                PolicyProblem::InvalidRule { index: 0, reason: "rules cannot apply to both regular resources and non-resource URLs" },
             ),
             (
                 format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: r}}\nsubjects: []\n"),
