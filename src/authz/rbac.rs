@@ -1,1 +1,382 @@
-//! (in progress)
+//! RBAC matching as pure functions over data: does a `PolicyRule` allow a request, does a binding
+//! `Subject` apply to a user. Semantics are exactly Kubernetes' `RuleAllows` and `appliesToUser`
+//! (reference §7.1); the `Policy` authorizer in `policy.rs` builds on them.
+
+use serde::Deserialize;
+
+/// Subject kind of a single user name.
+pub const USER_KIND: &str = "User";
+/// Subject kind of a group name.
+pub const GROUP_KIND: &str = "Group";
+/// Subject kind of a service account, matched through its user name.
+pub const SERVICE_ACCOUNT_KIND: &str = "ServiceAccount";
+
+/// What every service account user name starts with: `system:serviceaccount:<namespace>:<name>`.
+const SERVICE_ACCOUNT_USERNAME_PREFIX: &str = "system:serviceaccount:";
+/// The wildcard accepted in verbs, apiGroups, resources and nonResourceURLs.
+const ALL: &str = "*";
+
+/// One rule of a ClusterRole, field for field as in `rbac.authorization.k8s.io/v1`.
+///
+/// Unknown fields are rejected so that an operator's typo (`verb:` for `verbs:`) is a load error
+/// rather than a rule that silently grants nothing, or more than intended.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyRule {
+    /// Verbs allowed (`get`, `create`, …, or `*`). Case-sensitive.
+    #[serde(default)]
+    pub verbs: Vec<String>,
+    /// API groups the rule covers; `""` is the core group, `*` any. Empty matches nothing.
+    #[serde(default)]
+    pub api_groups: Vec<String>,
+    /// `resource`, `resource/subresource`, `*/subresource` or `*`.
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// Object names the rule is limited to; empty means any name.
+    #[serde(default)]
+    pub resource_names: Vec<String>,
+    /// Non-resource paths (`/healthz`, `/logs/*`, `*`); never match resource requests.
+    #[serde(default, rename = "nonResourceURLs")]
+    pub non_resource_urls: Vec<String>,
+}
+
+/// A subject of a (Cluster)RoleBinding, field for field as in `rbac.authorization.k8s.io/v1`.
+///
+/// `kind` is kept as a string because an unknown kind is representable (it never matches); the
+/// `Policy` loader rejects it before it gets here.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Subject {
+    /// `User`, `Group` or `ServiceAccount`.
+    pub kind: String,
+    /// Not consulted when matching, as in Kubernetes; validated by the loader.
+    #[serde(default)]
+    pub api_group: String,
+    /// User, group or service-account name; compared exactly.
+    pub name: String,
+    /// Service-account namespace; empty means the binding's namespace (none for cluster bindings).
+    #[serde(default)]
+    pub namespace: String,
+}
+
+/// The request attributes a rule is matched against, borrowed from the request.
+///
+/// Kubelet requests are always resource requests on group `""`, resource `nodes`; the other shapes
+/// exist so the matching stays the general Kubernetes algorithm and can be tested as such.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleRequest<'a> {
+    /// Request verb; empty for methods that map to no verb.
+    pub verb: &'a str,
+    /// API group; `""` is the core group.
+    pub api_group: &'a str,
+    /// Resource, e.g. `nodes`.
+    pub resource: &'a str,
+    /// Subresource, e.g. `proxy`; empty when there is none.
+    pub subresource: &'a str,
+    /// Object name, e.g. the node name.
+    pub name: &'a str,
+    /// `true` for resource requests (matched by resource rules), `false` for non-resource ones.
+    pub resource_request: bool,
+    /// Request path; only non-resource requests are matched on it.
+    pub path: &'a str,
+}
+
+/// Whether `rule` allows `req`, as Kubernetes' `RuleAllows`.
+///
+/// Resource requests need the verb, API group, resource (with subresource) and name to match;
+/// non-resource requests need the verb and a `nonResourceURLs` entry. Everything is
+/// case-sensitive, and a rule of one kind never matches a request of the other.
+pub fn rule_allows(rule: &PolicyRule, req: &RuleRequest<'_>) -> bool {
+    if !verb_matches(rule, req.verb) {
+        return false;
+    }
+    if req.resource_request {
+        api_group_matches(rule, req.api_group)
+            && resource_matches(rule, req.resource, req.subresource)
+            && resource_name_matches(rule, req.name)
+    } else {
+        non_resource_url_matches(rule, req.path)
+    }
+}
+
+/// Some rule verb is `*` or equal to `verb`. An empty request verb therefore only matches `*`
+/// (or a literal empty entry).
+fn verb_matches(rule: &PolicyRule, verb: &str) -> bool {
+    rule.verbs.iter().any(|v| v == ALL || v == verb)
+}
+
+/// Some rule group is `*` or equal to `group`; an empty list matches nothing.
+fn api_group_matches(rule: &PolicyRule, group: &str) -> bool {
+    rule.api_groups.iter().any(|g| g == ALL || g == group)
+}
+
+/// Some rule resource is `*`, equals `resource[/subresource]`, or — only when there is a
+/// subresource — is exactly `*/<subresource>`. `nodes/*` and `*/*` are not wildcards.
+fn resource_matches(rule: &PolicyRule, resource: &str, subresource: &str) -> bool {
+    rule.resources.iter().any(|r| {
+        r == ALL
+            || equals_combined(r, resource, subresource)
+            || (!subresource.is_empty() && r.strip_prefix("*/") == Some(subresource))
+    })
+}
+
+/// `rule_resource == resource` without a subresource, else `rule_resource == resource/subresource`,
+/// compared piecewise so the request path does not allocate the combined string.
+fn equals_combined(rule_resource: &str, resource: &str, subresource: &str) -> bool {
+    if subresource.is_empty() {
+        return rule_resource == resource;
+    }
+    rule_resource
+        .strip_prefix(resource)
+        .and_then(|rest| rest.strip_prefix('/'))
+        == Some(subresource)
+}
+
+/// An empty `resourceNames` allows any name; otherwise `name` must be listed exactly.
+fn resource_name_matches(rule: &PolicyRule, name: &str) -> bool {
+    rule.resource_names.is_empty() || rule.resource_names.iter().any(|n| n == name)
+}
+
+/// Some entry is `*`, equals `path`, or ends in `*` and `path` starts with the entry stripped of
+/// all its trailing `*`.
+fn non_resource_url_matches(rule: &PolicyRule, path: &str) -> bool {
+    rule.non_resource_urls.iter().any(|u| {
+        u == ALL || u == path || (u.ends_with('*') && path.starts_with(u.trim_end_matches('*')))
+    })
+}
+
+/// Whether a binding `subject` applies to the user `user` with `groups`, as Kubernetes'
+/// `appliesToUser`.
+///
+/// `binding_namespace` is the namespace of a RoleBinding and `""` for a ClusterRoleBinding: a
+/// ServiceAccount subject without its own namespace takes the binding's, and with neither it never
+/// matches. Unknown kinds never match; `apiGroup` is not consulted.
+pub fn subject_applies(
+    subject: &Subject,
+    user: &str,
+    groups: &[String],
+    binding_namespace: &str,
+) -> bool {
+    match subject.kind.as_str() {
+        USER_KIND => user == subject.name,
+        GROUP_KIND => groups.contains(&subject.name),
+        SERVICE_ACCOUNT_KIND => {
+            let namespace = if subject.namespace.is_empty() {
+                binding_namespace
+            } else {
+                &subject.namespace
+            };
+            !namespace.is_empty() && is_service_account(user, namespace, &subject.name)
+        }
+        _ => false,
+    }
+}
+
+/// `user == system:serviceaccount:<namespace>:<name>`, without building the string.
+fn is_service_account(user: &str, namespace: &str, name: &str) -> bool {
+    user.strip_prefix(SERVICE_ACCOUNT_USERNAME_PREFIX)
+        .and_then(|rest| rest.strip_prefix(namespace))
+        .and_then(|rest| rest.strip_prefix(':'))
+        == Some(name)
+}
+
+/// The user name a service account authenticates as: `system:serviceaccount:<namespace>:<name>`.
+/// The `Policy` authorizer indexes ServiceAccount subjects under it.
+pub(crate) fn service_account_username(namespace: &str, name: &str) -> String {
+    format!("{SERVICE_ACCOUNT_USERNAME_PREFIX}{namespace}:{name}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn vectors() -> Value {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../shared/reference/vectors.json"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// The vectors' request object: `apiGroup`, `resource`, … are absent for non-resource requests.
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    struct VectorRequest {
+        verb: String,
+        #[serde(default)]
+        api_group: String,
+        #[serde(default)]
+        resource: String,
+        #[serde(default)]
+        subresource: String,
+        #[serde(default)]
+        name: String,
+        resource_request: bool,
+        #[serde(default)]
+        path: String,
+    }
+
+    impl VectorRequest {
+        fn as_rule_request(&self) -> RuleRequest<'_> {
+            RuleRequest {
+                verb: &self.verb,
+                api_group: &self.api_group,
+                resource: &self.resource,
+                subresource: &self.subresource,
+                name: &self.name,
+                resource_request: self.resource_request,
+                path: &self.path,
+            }
+        }
+    }
+
+    #[test]
+    fn rule_allows_matches_every_reference_vector() {
+        let rows = vectors()["rbacRuleAllows"].as_array().unwrap().clone();
+        assert_eq!(rows.len(), 32, "the reference has R1..R32");
+        for (i, row) in rows.into_iter().enumerate() {
+            let (rule, req, want): (PolicyRule, VectorRequest, bool) =
+                serde_json::from_value(row).unwrap_or_else(|e| panic!("row {i}: {e}"));
+            assert_eq!(
+                rule_allows(&rule, &req.as_rule_request()),
+                want,
+                "rbacRuleAllows row {i} (R{}): {rule:?} vs {req:?}",
+                i + 1
+            );
+        }
+    }
+
+    #[test]
+    fn subject_applies_matches_every_reference_vector() {
+        let rows = vectors()["subjectApplies"].as_array().unwrap().clone();
+        assert_eq!(rows.len(), 10);
+        for (i, row) in rows.into_iter().enumerate() {
+            let (user, groups, subject, namespace, want): (
+                String,
+                Vec<String>,
+                Subject,
+                String,
+                bool,
+            ) = serde_json::from_value(row).unwrap_or_else(|e| panic!("row {i}: {e}"));
+            assert_eq!(
+                subject_applies(&subject, &user, &groups, &namespace),
+                want,
+                "subjectApplies row {i}: {user} {groups:?} {subject:?} ns {namespace:?}"
+            );
+        }
+    }
+
+    fn nodes(verb: &'static str, subresource: &'static str) -> RuleRequest<'static> {
+        RuleRequest {
+            verb,
+            resource: "nodes",
+            subresource,
+            name: "n1",
+            resource_request: true,
+            ..RuleRequest::default()
+        }
+    }
+
+    fn rule(resources: &[&str]) -> PolicyRule {
+        PolicyRule {
+            verbs: vec!["get".into()],
+            api_groups: vec![String::new()],
+            resources: resources.iter().map(|r| (*r).to_owned()).collect(),
+            ..PolicyRule::default()
+        }
+    }
+
+    #[test]
+    fn subresource_wildcard_needs_the_exact_subresource() {
+        // `*/proxy` must not be taken as a prefix or suffix pattern.
+        assert!(!rule_allows(&rule(&["*/proxy"]), &nodes("get", "xproxy")));
+        assert!(!rule_allows(&rule(&["*/proxy"]), &nodes("get", "prox")));
+        assert!(!rule_allows(&rule(&["x*/proxy"]), &nodes("get", "proxy")));
+        // A literal `*` subresource is matched by `nodes/*` and `*/*`, as upstream.
+        assert!(rule_allows(&rule(&["nodes/*"]), &nodes("get", "*")));
+        assert!(rule_allows(&rule(&["*/*"]), &nodes("get", "*")));
+    }
+
+    #[test]
+    fn combined_resource_is_compared_whole() {
+        assert!(!rule_allows(&rule(&["nodes/"]), &nodes("get", "")));
+        assert!(!rule_allows(&rule(&["nodesproxy"]), &nodes("get", "proxy")));
+        assert!(!rule_allows(
+            &rule(&["nodes/proxyx"]),
+            &nodes("get", "proxy")
+        ));
+        assert!(!rule_allows(&rule(&["node/proxy"]), &nodes("get", "proxy")));
+        assert!(rule_allows(&rule(&["nodes"]), &nodes("get", "")));
+    }
+
+    #[test]
+    fn literal_empty_verb_matches_verbless_requests() {
+        let mut r = rule(&["nodes/proxy"]);
+        r.verbs = vec![String::new()];
+        assert!(rule_allows(&r, &nodes("", "proxy")));
+        assert!(!rule_allows(&r, &nodes("get", "proxy")));
+    }
+
+    #[test]
+    fn service_account_match_is_exact() {
+        let sa = Subject {
+            kind: SERVICE_ACCOUNT_KIND.into(),
+            name: "agent".into(),
+            namespace: "mon".into(),
+            ..Subject::default()
+        };
+        for user in [
+            "system:serviceaccount:mon:agentx",
+            "system:serviceaccount:monx:agent",
+            "system:serviceaccount:mon:",
+            "system:serviceaccounts:mon:agent",
+            "mon:agent",
+        ] {
+            assert!(!subject_applies(&sa, user, &[], ""), "{user}");
+        }
+        let user = service_account_username("mon", "agent");
+        assert!(subject_applies(&sa, &user, &[], ""));
+    }
+
+    #[test]
+    fn service_account_without_any_namespace_never_matches() {
+        let sa = Subject {
+            kind: SERVICE_ACCOUNT_KIND.into(),
+            name: "agent".into(),
+            ..Subject::default()
+        };
+        // Even the user name an empty namespace would produce.
+        assert!(!subject_applies(
+            &sa,
+            "system:serviceaccount::agent",
+            &[],
+            ""
+        ));
+        assert!(subject_applies(
+            &sa,
+            "system:serviceaccount:mon:agent",
+            &[],
+            "mon"
+        ));
+    }
+
+    #[test]
+    fn unknown_subject_kind_never_matches() {
+        let s = Subject {
+            kind: "user".into(),
+            name: "alice".into(),
+            ..Subject::default()
+        };
+        assert!(!subject_applies(&s, "alice", &["alice".into()], "ns"));
+    }
+
+    #[test]
+    fn typo_in_rule_field_is_rejected() {
+        let err = serde_json::from_str::<PolicyRule>(r#"{"verb":["get"]}"#).unwrap_err();
+        assert!(err.to_string().contains("verb"), "{err}");
+        let r: PolicyRule = serde_json::from_str(r#"{"nonResourceURLs":["/healthz"]}"#).unwrap();
+        assert_eq!(r.non_resource_urls, ["/healthz"]);
+    }
+}
