@@ -1,0 +1,15 @@
+//! End-to-end scenarios: the real proxy, configured from real command lines, in front of the
+//! stand-in kubelet, driven over real TLS on loopback the way kubectl, the API server and
+//! Prometheus drive a kubelet. One test binary (linking is the slow part); one module per theme.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod admin;
+mod authorization;
+mod cli;
+mod forwarding;
+mod paths;
+mod tls_front;
+mod upgrades;
+mod x509;

@@ -1,0 +1,103 @@
+//! The TLS front: ALPN serves HTTP/2 and HTTP/1.1; `--tls-min-version` is enforced; a client
+//! certificate is requested only when x509 authentication is configured (reference §1.1).
+
+use http::{StatusCode, Version};
+
+use crate::support::client::{
+    ANY_TLS, Client, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, TLS12_ONLY, empty, request,
+};
+use crate::support::harness::ProxySpec;
+use crate::support::pki::CertSpec;
+
+#[tokio::test]
+async fn alpn_serves_http2_and_http1() {
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .start()
+        .await;
+    let alice = Identity::of(&h.ca.issue(&CertSpec::client("alice")));
+    for (alpn, want) in [
+        (H2_AND_HTTP1, Version::HTTP_2),
+        (HTTP1_ONLY, Version::HTTP_11),
+    ] {
+        let client = Client::configured(h.ca.cert(), h.addr(), alice.clone(), alpn, ANY_TLS);
+        let mut conn = client.connect().await.unwrap();
+        assert_eq!(conn.version(), want);
+        let response = conn
+            .send(request("GET", "/echo?via=alpn").body(empty()).unwrap())
+            .await
+            .unwrap();
+        let reply = Reply::read(response).await.unwrap();
+        assert_eq!(reply.version, want);
+        let echo = reply.echo();
+        assert_eq!(
+            (echo.method(), echo.path(), echo.query()),
+            ("GET", "/echo", "via=alpn")
+        );
+    }
+}
+
+#[tokio::test]
+async fn tls13_minimum_refuses_a_tls12_only_client() {
+    let h = ProxySpec::new(&[
+        "--authorization-mode=AlwaysAllow",
+        "--tls-min-version=VersionTLS13",
+    ])
+    .start()
+    .await;
+    let alice = Identity::of(&h.ca.issue(&CertSpec::client("alice")));
+    let old = Client::configured(
+        h.ca.cert(),
+        h.addr(),
+        alice.clone(),
+        H2_AND_HTTP1,
+        TLS12_ONLY,
+    );
+    assert!(
+        old.connect().await.is_err(),
+        "a TLS 1.2-only client must not complete a handshake"
+    );
+    let current = Client::configured(h.ca.cert(), h.addr(), alice, H2_AND_HTTP1, ANY_TLS);
+    assert_eq!(current.get("/echo").await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn tls12_is_accepted_by_default() {
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .start()
+        .await;
+    let alice = Identity::of(&h.ca.issue(&CertSpec::client("alice")));
+    let client = Client::configured(h.ca.cert(), h.addr(), alice, H2_AND_HTTP1, TLS12_ONLY);
+    let echo = client.get("/echo").await.echo();
+    assert_eq!(echo.path(), "/echo");
+}
+
+#[tokio::test]
+async fn no_client_certificate_requested_without_client_ca() {
+    let h = ProxySpec::new(&[
+        "--authorization-mode=AlwaysAllow",
+        "--anonymous-auth",
+        "--forward-identity-headers",
+    ])
+    .without_client_ca()
+    .start()
+    .await;
+    let alice = h.client(Identity::of(&h.ca.issue(&CertSpec::client("alice"))));
+    let identity = alice.get("/echo").await.echo().identity();
+    assert!(
+        !alice.asked_for_certificate(),
+        "no certificate may be requested without --client-ca-file"
+    );
+    assert_eq!(identity.user, ["system:anonymous"]);
+    assert_eq!(identity.groups, ["system:unauthenticated"]);
+}
+
+#[tokio::test]
+async fn client_certificate_requested_with_client_ca() {
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow", "--anonymous-auth"])
+        .start()
+        .await;
+    // Without a certificate to offer, the handshake still completes: requested, never required.
+    let nobody = h.anonymous();
+    assert_eq!(nobody.get("/echo").await.status, StatusCode::OK);
+    assert!(nobody.asked_for_certificate());
+}

@@ -1,0 +1,68 @@
+//! Helpers shared by the end-to-end scenarios: certificates made on the fly ([`pki`]), a TLS HTTP
+//! client that can present any chain with any key ([`client`]), and a harness that starts the
+//! stand-in kubelet and the real proxy on loopback from a real command line ([`harness`]).
+
+pub mod client;
+pub mod harness;
+pub mod pki;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// The longest any single step of a scenario may take: a bug fails the test, it never hangs it.
+/// Generous, because the machine is shared; no scenario asserts anything about timing.
+pub const STEP_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Awaits `future` for at most [`STEP_TIMEOUT`], panicking with `what` when it takes longer.
+pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(STEP_TIMEOUT, future).await {
+        Ok(output) => output,
+        Err(_) => panic!("timed out after {STEP_TIMEOUT:?}: {what}"),
+    }
+}
+
+/// The shared reference vectors (`../shared/reference/vectors.json`), loaded, never retyped.
+pub fn vectors() -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/reference/vectors.json"
+    );
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"))
+}
+
+/// A directory of its own for one test (certificates, keys, policies, sockets), removed on drop.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    /// Creates `<temp>/kap-e2e-<pid>-<n>-<label>`, unique within and across test processes.
+    pub fn new(label: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("kap-e2e-{}-{n}-{label}", std::process::id()));
+        std::fs::create_dir_all(&path).unwrap();
+        TempDir { path }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `contents` to `name` inside the directory and returns the file's path.
+    pub fn write(&self, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, contents).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
