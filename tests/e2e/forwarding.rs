@@ -102,7 +102,9 @@ const STRIPPED: &[&str] = &[
 #[tokio::test]
 async fn hostile_headers_do_reach_a_kubelet_without_the_proxy() {
     // The control for the next test: the client really sends every one of those headers.
-    let kubelet = StandInKubelet::start(None).await.unwrap();
+    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
+        .await
+        .unwrap();
     let echo = plain_send(kubelet.addr().unwrap(), hostile_request())
         .await
         .echo();

@@ -173,15 +173,19 @@ async fn start_kubelet(
     serving: &Issued,
     socket: &std::path::Path,
 ) -> StandInKubelet {
-    let started = match upstream {
-        Upstream::Https => StandInKubelet::start(Some(kubelet_tls(ca, serving, false))).await,
-        Upstream::HttpsRequiringClientCert { .. } => {
-            StandInKubelet::start(Some(kubelet_tls(ca, serving, true))).await
+    let started = async {
+        match upstream {
+            Upstream::Https => StandInKubelet::start(Some(kubelet_tls(ca, serving, false))).await,
+            Upstream::HttpsRequiringClientCert { .. } => {
+                StandInKubelet::start(Some(kubelet_tls(ca, serving, true))).await
+            }
+            Upstream::Http => StandInKubelet::start(None).await,
+            Upstream::Unix => StandInKubelet::start_unix(socket.to_owned()).await,
         }
-        Upstream::Http => StandInKubelet::start(None).await,
-        Upstream::Unix => StandInKubelet::start_unix(socket.to_owned()).await,
     };
-    started.unwrap()
+    within("starting the stand-in kubelet", started)
+        .await
+        .unwrap()
 }
 
 fn kubelet_tls(ca: &Authority, serving: &Issued, require_client_cert: bool) -> Arc<ServerConfig> {
@@ -275,7 +279,12 @@ impl Harness {
             "only a unix socket can be reused"
         );
         let socket: PathBuf = self.dir.path().join("kubelet.sock");
-        self.kubelet = Some(StandInKubelet::start_unix(socket).await.unwrap());
+        let started = within(
+            "restarting the stand-in kubelet",
+            StandInKubelet::start_unix(socket),
+        )
+        .await;
+        self.kubelet = Some(started.unwrap());
     }
 
     /// Shuts the proxy down gracefully.
