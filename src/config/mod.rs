@@ -198,6 +198,13 @@ fn authorizers(flags: &ProxyFlags) -> Result<AuthorizerChain, ConfigError> {
                 }
                 let policy = PolicyAuthorizer::load(&flags.authorization_policy_file)
                     .map_err(|e| flag_error("--authorization-policy-file", e.to_string()))?;
+                let stats = policy.stats();
+                tracing::info!(
+                    cluster_roles = stats.cluster_roles,
+                    cluster_role_bindings = stats.cluster_role_bindings,
+                    rules = stats.rules,
+                    "loaded local policy"
+                );
                 Authorizer::Policy(Arc::new(policy))
             }
         });
