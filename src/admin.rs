@@ -54,7 +54,11 @@ pub async fn serve(
     }
 }
 
-fn respond(req: &Request<Incoming>, metrics: &Metrics, shutting_down: bool) -> Response<Full<Bytes>> {
+fn respond(
+    req: &Request<Incoming>,
+    metrics: &Metrics,
+    shutting_down: bool,
+) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET | &Method::HEAD, "/healthz") => {
             (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned())
@@ -67,7 +71,9 @@ fn respond(req: &Request<Incoming>, metrics: &Metrics, shutting_down: bool) -> R
         (&Method::GET | &Method::HEAD, "/readyz") => {
             (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned())
         }
-        (&Method::GET | &Method::HEAD, "/metrics") => (StatusCode::OK, OPENMETRICS, metrics.encode()),
+        (&Method::GET | &Method::HEAD, "/metrics") => {
+            (StatusCode::OK, OPENMETRICS, metrics.encode())
+        }
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",

@@ -176,7 +176,16 @@ async fn accept_loop(
         tokio::spawn(async move {
             let metrics = Arc::clone(&pipeline.metrics);
             metrics.connections().inc();
-            serve_connection(tcp, peer, acceptor, http, pipeline, watcher, handshake_timeout).await;
+            serve_connection(
+                tcp,
+                peer,
+                acceptor,
+                http,
+                pipeline,
+                watcher,
+                handshake_timeout,
+            )
+            .await;
             metrics.connections().dec();
             drop(permit);
         });

@@ -150,11 +150,10 @@ impl X509Authenticator {
             Err(e) => return X509Outcome::Invalid(describe_failure(leaf_der, &e)),
         };
         let now_secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-        let anchor_index = self
-            .ca
-            .anchors
-            .iter()
-            .position(|a| a.subject == path.anchor().subject && a.subject_public_key_info == path.anchor().subject_public_key_info);
+        let anchor_index = self.ca.anchors.iter().position(|a| {
+            a.subject == path.anchor().subject
+                && a.subject_public_key_info == path.anchor().subject_public_key_info
+        });
         let mut valid_until = i64::MAX;
         if let Some(i) = anchor_index {
             let (not_before, not_after) = self.ca.anchor_validity[i];
@@ -223,7 +222,9 @@ fn user_from_leaf(leaf_der: &[u8]) -> Result<Option<User>, String> {
     let uid = match uids.as_slice() {
         [] => String::new(),
         [Ok(uid)] if !uid.is_empty() => (*uid).to_owned(),
-        [_] => return Err("UID attribute of the client certificate is empty or not a string".into()),
+        [_] => {
+            return Err("UID attribute of the client certificate is empty or not a string".into());
+        }
         _ => return Err("client certificate has more than one UID attribute".into()),
     };
     let digest = ring::digest::digest(&ring::digest::SHA256, leaf_der);

@@ -99,7 +99,9 @@ impl Authorizer {
     pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
         match self {
             Authorizer::AlwaysAllow => Decision::Allow(Reason::Static("AlwaysAllow")),
-            Authorizer::AlwaysDeny => Decision::NoOpinion(Reason::Static("Everything is forbidden.")),
+            Authorizer::AlwaysDeny => {
+                Decision::NoOpinion(Reason::Static("Everything is forbidden."))
+            }
             Authorizer::Node(node) => node.authorize(attrs),
             Authorizer::Policy(policy) => policy.authorize(attrs),
         }
