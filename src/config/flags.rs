@@ -20,8 +20,8 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "URL", help_heading = "Upstream kubelet")]
     pub upstream: Option<String>,
 
-    /// PEM bundle of CAs that sign the kubelet's serving certificate (https upstream). Without it
-    /// the kubelet's certificate is checked against nothing and the proxy refuses to start.
+    /// PEM bundle of CAs that sign the kubelet's serving certificate. Required for an https
+    /// upstream: there are no built-in roots, and the kubelet's certificate is always verified.
     #[arg(long, value_name = "FILE", help_heading = "Upstream kubelet")]
     pub upstream_ca_file: Option<PathBuf>,
 
