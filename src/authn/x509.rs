@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::DistinguishedName;
-use rustls::pki_types::{CertificateDer, TrustAnchor, UnixTime};
+use rustls::pki_types::{CertificateDer, SignatureVerificationAlgorithm, TrustAnchor, UnixTime};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
 use x509_parser::prelude::FromDer;
@@ -115,12 +115,19 @@ pub enum X509Outcome {
 #[derive(Debug, Clone)]
 pub struct X509Authenticator {
     ca: Arc<ClientCa>,
+    /// The signature algorithms chains may use: ring's, as everywhere in the proxy.
+    algorithms: &'static [&'static dyn SignatureVerificationAlgorithm],
 }
 
 impl X509Authenticator {
     /// An authenticator trusting `ca`.
     pub fn new(ca: Arc<ClientCa>) -> Self {
-        X509Authenticator { ca }
+        X509Authenticator {
+            ca,
+            algorithms: rustls::crypto::ring::default_provider()
+                .signature_verification_algorithms
+                .all,
+        }
     }
 
     /// Verifies `chain` (leaf first, then the intermediates the client sent) at time `now` and maps
@@ -134,11 +141,8 @@ impl X509Authenticator {
             Ok(leaf) => leaf,
             Err(e) => return X509Outcome::Invalid(format!("parsing certificate: {e:?}")),
         };
-        let algorithms = rustls::crypto::ring::default_provider()
-            .signature_verification_algorithms
-            .all;
         let path = match leaf.verify_for_usage(
-            algorithms,
+            self.algorithms,
             &self.ca.anchors,
             intermediates,
             now,
