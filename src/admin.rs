@@ -20,31 +20,27 @@ use crate::metrics::Metrics;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Serves the admin endpoints until `shutdown` turns true. Readiness turns false as soon as
-/// shutdown starts, so load balancers stop sending traffic while requests drain.
-pub async fn serve(
-    listener: TcpListener,
-    metrics: Arc<Metrics>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// Serves the admin endpoints until the task is aborted, which the server does once its
+/// connections have drained. `draining` turns true when shutdown begins: from then on `/readyz`
+/// answers 503, so load balancers and probes stop sending traffic while requests finish.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, draining: watch::Receiver<bool>) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
-        let (tcp, _) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(e) => {
-                    debug!(error = %e, "admin accept failed");
-                    continue;
-                }
-            },
-            _ = shutdown.changed() => return,
+        let tcp = match listener.accept().await {
+            Ok((tcp, _)) => tcp,
+            Err(e) => {
+                // Typically EMFILE; back off briefly instead of spinning.
+                debug!(error = %e, "admin accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
         };
         let metrics = Arc::clone(&metrics);
         let http = Arc::clone(&http);
-        let shutting_down = shutdown.clone();
+        let draining = draining.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let response = respond(&req, &metrics, *shutting_down.borrow());
+                let response = respond(&req, &metrics, *draining.borrow());
                 async move { Ok::<_, Infallible>(response) }
             });
             if let Err(e) = http.serve_connection(TokioIo::new(tcp), service).await {
@@ -54,7 +50,11 @@ pub async fn serve(
     }
 }
 
-fn respond(req: &Request<Incoming>, metrics: &Metrics, shutting_down: bool) -> Response<Full<Bytes>> {
+fn respond(
+    req: &Request<Incoming>,
+    metrics: &Metrics,
+    shutting_down: bool,
+) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET | &Method::HEAD, "/healthz") => {
             (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned())
@@ -67,7 +67,9 @@ fn respond(req: &Request<Incoming>, metrics: &Metrics, shutting_down: bool) -> R
         (&Method::GET | &Method::HEAD, "/readyz") => {
             (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned())
         }
-        (&Method::GET | &Method::HEAD, "/metrics") => (StatusCode::OK, OPENMETRICS, metrics.encode()),
+        (&Method::GET | &Method::HEAD, "/metrics") => {
+            (StatusCode::OK, OPENMETRICS, metrics.encode())
+        }
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",

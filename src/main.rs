@@ -10,7 +10,11 @@ use tracing_subscriber::EnvFilter;
 
 /// Authenticating, authorizing reverse proxy for the kubelet API.
 #[derive(Debug, Parser)]
-#[command(name = "kubelet-auth-proxy", version, args_conflicts_with_subcommands = true)]
+#[command(
+    name = "kubelet-auth-proxy",
+    version,
+    args_conflicts_with_subcommands = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -31,9 +35,8 @@ fn init_logging(format: LogFormat, verbosity: u8) {
         1..=3 => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        EnvFilter::new(format!("warn,kubelet_auth_proxy={default_level}"))
-    });
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("warn,kubelet_auth_proxy={default_level}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -54,7 +57,12 @@ fn main() -> anyhow::Result<ExitCode> {
     match cli.command {
         Some(Command::Demo(args)) => {
             init_logging(LogFormat::Text, cli.flags.verbosity);
-            runtime.block_on(demo::run(args))
+            let all_held = runtime.block_on(demo::run(args))?;
+            Ok(if all_held {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         None => {
             init_logging(cli.flags.log_format, cli.flags.verbosity);

@@ -52,7 +52,8 @@ struct Pipeline {
 pub struct RunningProxy {
     addr: SocketAddr,
     admin_addr: SocketAddr,
-    /// Sending `true` asks both accept loops to stop; the main loop then drains its connections.
+    /// Sending `true` starts shutdown: readiness turns false and the main loop stops accepting and
+    /// drains its connections.
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
     admin: JoinHandle<()>,
@@ -69,10 +70,12 @@ impl RunningProxy {
         self.admin_addr
     }
 
-    /// Stops accepting, lets in-flight requests finish within the grace period, then returns.
+    /// Turns readiness off, stops accepting, lets in-flight requests finish within the grace
+    /// period, then stops the admin listener and returns.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.server.await;
+        self.admin.abort();
         let _ = self.admin.await;
     }
 }
@@ -176,7 +179,16 @@ async fn accept_loop(
         tokio::spawn(async move {
             let metrics = Arc::clone(&pipeline.metrics);
             metrics.connections().inc();
-            serve_connection(tcp, peer, acceptor, http, pipeline, watcher, handshake_timeout).await;
+            serve_connection(
+                tcp,
+                peer,
+                acceptor,
+                http,
+                pipeline,
+                watcher,
+                handshake_timeout,
+            )
+            .await;
             metrics.connections().dec();
             drop(permit);
         });

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::DistinguishedName;
-use rustls::pki_types::{CertificateDer, TrustAnchor, UnixTime};
+use rustls::pki_types::{CertificateDer, SignatureVerificationAlgorithm, TrustAnchor, UnixTime};
 use x509_parser::certificate::X509Certificate;
 use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
 use x509_parser::prelude::FromDer;
@@ -115,12 +115,19 @@ pub enum X509Outcome {
 #[derive(Debug, Clone)]
 pub struct X509Authenticator {
     ca: Arc<ClientCa>,
+    /// The signature algorithms chains may use: ring's, as everywhere in the proxy.
+    algorithms: &'static [&'static dyn SignatureVerificationAlgorithm],
 }
 
 impl X509Authenticator {
     /// An authenticator trusting `ca`.
     pub fn new(ca: Arc<ClientCa>) -> Self {
-        X509Authenticator { ca }
+        X509Authenticator {
+            ca,
+            algorithms: rustls::crypto::ring::default_provider()
+                .signature_verification_algorithms
+                .all,
+        }
     }
 
     /// Verifies `chain` (leaf first, then the intermediates the client sent) at time `now` and maps
@@ -134,11 +141,8 @@ impl X509Authenticator {
             Ok(leaf) => leaf,
             Err(e) => return X509Outcome::Invalid(format!("parsing certificate: {e:?}")),
         };
-        let algorithms = rustls::crypto::ring::default_provider()
-            .signature_verification_algorithms
-            .all;
         let path = match leaf.verify_for_usage(
-            algorithms,
+            self.algorithms,
             &self.ca.anchors,
             intermediates,
             now,
@@ -150,11 +154,10 @@ impl X509Authenticator {
             Err(e) => return X509Outcome::Invalid(describe_failure(leaf_der, &e)),
         };
         let now_secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-        let anchor_index = self
-            .ca
-            .anchors
-            .iter()
-            .position(|a| a.subject == path.anchor().subject && a.subject_public_key_info == path.anchor().subject_public_key_info);
+        let anchor_index = self.ca.anchors.iter().position(|a| {
+            a.subject == path.anchor().subject
+                && a.subject_public_key_info == path.anchor().subject_public_key_info
+        });
         let mut valid_until = i64::MAX;
         if let Some(i) = anchor_index {
             let (not_before, not_after) = self.ca.anchor_validity[i];
@@ -223,7 +226,9 @@ fn user_from_leaf(leaf_der: &[u8]) -> Result<Option<User>, String> {
     let uid = match uids.as_slice() {
         [] => String::new(),
         [Ok(uid)] if !uid.is_empty() => (*uid).to_owned(),
-        [_] => return Err("UID attribute of the client certificate is empty or not a string".into()),
+        [_] => {
+            return Err("UID attribute of the client certificate is empty or not a string".into());
+        }
         _ => return Err("client certificate has more than one UID attribute".into()),
     };
     let digest = ring::digest::digest(&ring::digest::SHA256, leaf_der);

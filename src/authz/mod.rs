@@ -99,7 +99,9 @@ impl Authorizer {
     pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
         match self {
             Authorizer::AlwaysAllow => Decision::Allow(Reason::Static("AlwaysAllow")),
-            Authorizer::AlwaysDeny => Decision::NoOpinion(Reason::Static("Everything is forbidden.")),
+            Authorizer::AlwaysDeny => {
+                Decision::NoOpinion(Reason::Static("Everything is forbidden."))
+            }
             Authorizer::Node(node) => node.authorize(attrs),
             Authorizer::Policy(policy) => policy.authorize(attrs),
         }
@@ -183,4 +185,110 @@ pub fn authorize_request(
         }
     }
     RequestDecision::Forbidden { reason }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::attributes::{AttributeMapping, kubelet_attributes};
+    use http::Method;
+
+    const PROXY_ONLY: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: proxy-reader}
+rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: alice-proxy}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-reader}
+subjects: [{kind: User, name: alice}]
+"#;
+
+    fn user(name: &str, groups: &[&str]) -> User {
+        User {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..User::default()
+        }
+    }
+
+    fn decide(chain: &AuthorizerChain, user: &User, method: Method, path: &str) -> RequestDecision {
+        let attrs = kubelet_attributes(&AttributeMapping::default(), &method, path);
+        authorize_request(chain, &attrs, user, "node-a", path)
+    }
+
+    #[test]
+    fn always_deny_has_no_opinion_so_a_later_allow_wins() {
+        let chain = AuthorizerChain::new(vec![Authorizer::AlwaysDeny, Authorizer::AlwaysAllow]);
+        let decision = decide(&chain, &user("bob", &[]), Method::GET, "/pods");
+        assert!(
+            matches!(
+                decision,
+                RequestDecision::Allowed {
+                    subresource: "pods",
+                    authorizer: "AlwaysAllow",
+                    ..
+                }
+            ),
+            "{decision:?}"
+        );
+        let only_deny = AuthorizerChain::new(vec![Authorizer::AlwaysDeny]);
+        assert_eq!(
+            decide(&only_deny, &user("bob", &[]), Method::GET, "/pods"),
+            RequestDecision::Forbidden {
+                reason: Reason::Static("Everything is forbidden.")
+            }
+        );
+    }
+
+    #[test]
+    fn an_explicit_deny_stops_the_chain_before_a_later_allow() {
+        let chain = AuthorizerChain::new(vec![
+            Authorizer::Node(NodeAuthorizer),
+            Authorizer::AlwaysAllow,
+        ]);
+        let other_node = user("system:node:node-b", &["system:nodes"]);
+        assert!(matches!(
+            decide(&chain, &other_node, Method::GET, "/healthz"),
+            RequestDecision::Forbidden { .. }
+        ));
+        let own_node = user("system:node:node-a", &["system:nodes"]);
+        assert!(matches!(
+            decide(&chain, &own_node, Method::GET, "/healthz"),
+            RequestDecision::Allowed { .. }
+        ));
+    }
+
+    #[test]
+    fn the_loop_falls_back_to_proxy_and_reports_which_subresource_allowed() {
+        let policy = PolicyAuthorizer::from_sources(&[("p.yaml".into(), PROXY_ONLY.into())])
+            .expect("policy loads");
+        let chain = AuthorizerChain::new(vec![Authorizer::Policy(Arc::new(policy))]);
+        let alice = user("alice", &[]);
+        match decide(&chain, &alice, Method::GET, "/pods") {
+            RequestDecision::Allowed {
+                subresource,
+                authorizer,
+                reason,
+            } => {
+                assert_eq!((subresource, authorizer), ("proxy", "Policy"));
+                assert_eq!(
+                    reason.to_string(),
+                    r#"RBAC: allowed by ClusterRoleBinding "alice-proxy" of ClusterRole "proxy-reader" to User "alice""#
+                );
+            }
+            other => panic!("expected Allowed, got {other:?}"),
+        }
+        // The exec hardening: a WebSocket GET to /exec needs `create`, which alice lacks.
+        assert!(matches!(
+            decide(&chain, &alice, Method::GET, "/exec/ns/pod/ctr"),
+            RequestDecision::Forbidden { .. }
+        ));
+        assert!(matches!(
+            decide(&chain, &user("bob", &[]), Method::GET, "/pods"),
+            RequestDecision::Forbidden { .. }
+        ));
+    }
 }

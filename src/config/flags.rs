@@ -20,8 +20,8 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "URL", help_heading = "Upstream kubelet")]
     pub upstream: Option<String>,
 
-    /// PEM bundle of CAs that sign the kubelet's serving certificate (https upstream). Without it
-    /// the kubelet's certificate is checked against nothing and the proxy refuses to start.
+    /// PEM bundle of CAs that sign the kubelet's serving certificate. Required for an https
+    /// upstream: there are no built-in roots, and the kubelet's certificate is always verified.
     #[arg(long, value_name = "FILE", help_heading = "Upstream kubelet")]
     pub upstream_ca_file: Option<PathBuf>,
 
@@ -42,7 +42,12 @@ pub struct ProxyFlags {
     pub upstream_connect_timeout: Duration,
 
     /// Address and port to serve the kubelet API on.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "0.0.0.0:10250", help_heading = "Serving")]
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        default_value = "0.0.0.0:10250",
+        help_heading = "Serving"
+    )]
     pub listen_address: SocketAddr,
 
     /// Serving certificate chain (PEM).
@@ -54,13 +59,23 @@ pub struct ProxyFlags {
     pub tls_private_key_file: Option<PathBuf>,
 
     /// Minimum TLS version: VersionTLS12 or VersionTLS13 (VersionTLS10/11 are refused).
-    #[arg(long, value_name = "VERSION", default_value = "VersionTLS12", help_heading = "Serving")]
+    #[arg(
+        long,
+        value_name = "VERSION",
+        default_value = "VersionTLS12",
+        help_heading = "Serving"
+    )]
     pub tls_min_version: String,
 
     /// Comma-separated TLS 1.2 cipher suites by their Go names (e.g.
     /// TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256). Default: all suites rustls offers. As in Go, TLS
     /// 1.3 suites are always enabled.
-    #[arg(long, value_name = "NAMES", value_delimiter = ',', help_heading = "Serving")]
+    #[arg(
+        long,
+        value_name = "NAMES",
+        value_delimiter = ',',
+        help_heading = "Serving"
+    )]
     pub tls_cipher_suites: Vec<String>,
 
     /// Time a client has to send its request headers, and to complete the TLS handshake.
@@ -88,7 +103,12 @@ pub struct ProxyFlags {
 
     /// Comma-separated authorizers tried in order; the first Allow or Deny wins: AlwaysAllow,
     /// AlwaysDeny, Node, Policy.
-    #[arg(long, value_name = "MODES", value_delimiter = ',', help_heading = "Authorization")]
+    #[arg(
+        long,
+        value_name = "MODES",
+        value_delimiter = ',',
+        help_heading = "Authorization"
+    )]
     pub authorization_mode: Vec<AuthorizationMode>,
 
     /// RBAC manifests (ClusterRole, ClusterRoleBinding, List; multi-document YAML) for the Policy
@@ -98,7 +118,12 @@ pub struct ProxyFlags {
 
     /// The Node name of the kubelet behind the proxy, used as the `name` of every attribute.
     /// Default: this machine's hostname, lowercased, as the kubelet does.
-    #[arg(long, visible_alias = "hostname-override", value_name = "NAME", help_heading = "Authorization")]
+    #[arg(
+        long,
+        visible_alias = "hostname-override",
+        value_name = "NAME",
+        help_heading = "Authorization"
+    )]
     pub node_name: Option<String>,
 
     /// Authorize /exec, /attach, /portForward and /run with verb `create` whatever the HTTP method,
@@ -127,7 +152,12 @@ pub struct ProxyFlags {
     pub forward_identity_headers: bool,
 
     /// Address for /healthz, /readyz and /metrics (plain HTTP; keep it on loopback).
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10262", help_heading = "Operations")]
+    #[arg(
+        long,
+        value_name = "ADDR:PORT",
+        default_value = "127.0.0.1:10262",
+        help_heading = "Operations"
+    )]
     pub admin_listen_address: SocketAddr,
 
     /// Log line format.
@@ -135,7 +165,13 @@ pub struct ProxyFlags {
     pub log_format: LogFormat,
 
     /// Log verbosity: 0 info, 1-3 debug, 4+ trace. RUST_LOG, when set, takes precedence.
-    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0, help_heading = "Operations")]
+    #[arg(
+        short = 'v',
+        long = "v",
+        value_name = "LEVEL",
+        default_value_t = 0,
+        help_heading = "Operations"
+    )]
     pub verbosity: u8,
 }
 

@@ -111,10 +111,11 @@ impl Config {
         }
 
         let client_ca = match &flags.client_ca_file {
-            Some(path) => Some(Arc::new(
-                ClientCa::from_pem_file(path)
-                    .map_err(|e| file_error("--client-ca-file", path, e.to_string()))?,
-            )),
+            Some(path) => {
+                Some(Arc::new(ClientCa::from_pem_file(path).map_err(|e| {
+                    file_error("--client-ca-file", path, e.to_string())
+                })?))
+            }
             None => None,
         };
         let hints = client_ca.as_ref().map(|ca| ca.hint_subjects());
@@ -126,11 +127,9 @@ impl Config {
             client_ca_hints: hints.as_deref(),
         })
         .map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
-        let authenticator = Authenticator::new(
-            client_ca.map(X509Authenticator::new),
-            flags.anonymous_auth,
-        )
-        .map_err(|e| flag_error("--client-ca-file", e.to_string()))?;
+        let authenticator =
+            Authenticator::new(client_ca.map(X509Authenticator::new), flags.anonymous_auth)
+                .map_err(|e| flag_error("--client-ca-file", e.to_string()))?;
 
         let node_name = match &flags.node_name {
             Some(name) if !name.trim().is_empty() => name.trim().to_owned(),
@@ -198,6 +197,13 @@ fn authorizers(flags: &ProxyFlags) -> Result<AuthorizerChain, ConfigError> {
                 }
                 let policy = PolicyAuthorizer::load(&flags.authorization_policy_file)
                     .map_err(|e| flag_error("--authorization-policy-file", e.to_string()))?;
+                let stats = policy.stats();
+                tracing::info!(
+                    cluster_roles = stats.cluster_roles,
+                    cluster_role_bindings = stats.cluster_role_bindings,
+                    rules = stats.rules,
+                    "loaded local policy"
+                );
                 Authorizer::Policy(Arc::new(policy))
             }
         });
@@ -226,9 +232,9 @@ fn upstream_target(url: &str) -> Result<UpstreamTarget, String> {
             path: PathBuf::from(path),
         });
     }
-    let uri: Uri = url
-        .parse()
-        .map_err(|e| format!("not a URL ({e}); expected https://host:port, http://host:port or unix:///path"))?;
+    let uri: Uri = url.parse().map_err(|e| {
+        format!("not a URL ({e}); expected https://host:port, http://host:port or unix:///path")
+    })?;
     if uri.query().is_some() || !matches!(uri.path(), "" | "/") {
         return Err("must not have a path or query: the client's path is forwarded as is".into());
     }
@@ -254,7 +260,8 @@ fn forwarder(flags: &ProxyFlags) -> Result<Forwarder, ConfigError> {
         &flags.upstream_client_key_file,
     ) {
         (Some(cert), Some(key)) => Some((
-            tls::read_certs(cert).map_err(|e| file_error("--upstream-client-cert-file", cert, e))?,
+            tls::read_certs(cert)
+                .map_err(|e| file_error("--upstream-client-cert-file", cert, e))?,
             tls::read_key(key).map_err(|e| file_error("--upstream-client-key-file", key, e))?,
         )),
         (None, None) => None,

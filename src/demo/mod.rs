@@ -99,9 +99,10 @@ fn kubelet_tls(ca: &Path, serving: &pki::Issued) -> Result<Arc<ServerConfig>, De
     for cert in read_pem_certs(ca)? {
         roots.add(cert).map_err(|e| DemoError::Tls(e.to_string()))?;
     }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
-        .build()
-        .map_err(|e| DemoError::Tls(e.to_string()))?;
+    let verifier =
+        WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+            .build()
+            .map_err(|e| DemoError::Tls(e.to_string()))?;
     let config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| DemoError::Tls(e.to_string()))?
@@ -131,26 +132,62 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
     let ca = Authority::new(&dir, "ca", "kubelet-auth-proxy demo CA")?;
     let stranger_ca = Authority::new(&dir, "stranger-ca", "someone else's CA")?;
     let loopback: &[&str] = &["127.0.0.1", "localhost"];
-    let proxy_serving = ca.issue("proxy-serving", "kubelet-auth-proxy", &[], Usage::Server(loopback))?;
+    let proxy_serving = ca.issue(
+        "proxy-serving",
+        "kubelet-auth-proxy",
+        &[],
+        Usage::Server(loopback),
+    )?;
     let kubelet_serving = ca.issue("kubelet-serving", NODE_NAME, &[], Usage::Server(loopback))?;
     let proxy_client = ca.issue("proxy-to-kubelet", "kubelet-auth-proxy", &[], Usage::Client)?;
     let identities = [
-        ("alice (group cluster-admins)", Some(ca.issue("alice", "alice", &["cluster-admins"], Usage::Client)?)),
-        ("prometheus", Some(ca.issue("prometheus", "prometheus", &[], Usage::Client)?)),
-        ("system:node:demo-node", Some(ca.issue("node-demo", "system:node:demo-node", &["system:nodes"], Usage::Client)?)),
-        ("system:node:other-node", Some(ca.issue("node-other", "system:node:other-node", &["system:nodes"], Usage::Client)?)),
+        (
+            "alice (group cluster-admins)",
+            Some(ca.issue("alice", "alice", &["cluster-admins"], Usage::Client)?),
+        ),
+        (
+            "prometheus",
+            Some(ca.issue("prometheus", "prometheus", &[], Usage::Client)?),
+        ),
+        (
+            "system:node:demo-node",
+            Some(ca.issue(
+                "node-demo",
+                "system:node:demo-node",
+                &["system:nodes"],
+                Usage::Client,
+            )?),
+        ),
+        (
+            "system:node:other-node",
+            Some(ca.issue(
+                "node-other",
+                "system:node:other-node",
+                &["system:nodes"],
+                Usage::Client,
+            )?),
+        ),
         ("anonymous (no certificate)", None),
-        ("mallory (unknown CA)", Some(stranger_ca.issue("mallory", "mallory", &["cluster-admins"], Usage::Client)?)),
+        (
+            "mallory (unknown CA)",
+            Some(stranger_ca.issue("mallory", "mallory", &["cluster-admins"], Usage::Client)?),
+        ),
     ];
     let ca_file = dir.join("ca.crt");
     let policy_file = dir.join("policy.yaml");
     std::fs::write(&policy_file, DEMO_POLICY)?;
 
     let kubelet = StandInKubelet::start(Some(kubelet_tls(&ca_file, &kubelet_serving)?)).await?;
+    let kubelet_addr = kubelet
+        .addr()
+        .ok_or_else(|| DemoError::Request("the stand-in kubelet has no TCP address".into()))?;
     let proxy_args: Vec<String> = vec![
-        format!("--upstream=https://{}", kubelet.addr()),
+        format!("--upstream=https://{kubelet_addr}"),
         format!("--upstream-ca-file={}", display(&ca_file)),
-        format!("--upstream-client-cert-file={}", display(&proxy_client.cert)),
+        format!(
+            "--upstream-client-cert-file={}",
+            display(&proxy_client.cert)
+        ),
         format!("--upstream-client-key-file={}", display(&proxy_client.key)),
         format!("--listen-address={}", args.listen_address),
         "--admin-listen-address=127.0.0.1:0".into(),
@@ -170,11 +207,19 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
     let proxy = crate::start(Config::load(&flags)?).await?;
 
     println!("kubelet-auth-proxy demo");
-    println!("  stand-in kubelet  https://{} (accepts only the proxy's client certificate)", kubelet.addr());
-    println!("  proxy             https://{}  (node {NODE_NAME})", proxy.addr());
+    println!(
+        "  stand-in kubelet  https://{kubelet_addr} (accepts only the proxy's client certificate)"
+    );
+    println!(
+        "  proxy             https://{}  (node {NODE_NAME})",
+        proxy.addr()
+    );
     println!("  metrics           http://{}/metrics", proxy.admin_addr());
     println!("  files             {}", dir.display());
-    println!("  proxy command     kubelet-auth-proxy {}", proxy_args.join(" "));
+    println!(
+        "  proxy command     kubelet-auth-proxy {}",
+        proxy_args.join(" ")
+    );
     println!();
 
     let callers = identities
@@ -206,7 +251,10 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
         };
         all_held &= held;
         let mark = if held { "ok" } else { "UNEXPECTED" };
-        println!("{:<28} {:<52} {:>6}  {} [{mark}]", caller.label, request, shown, step.why);
+        println!(
+            "{:<28} {:<52} {:>6}  {} [{mark}]",
+            caller.label, request, shown, step.why
+        );
         if !detail.is_empty() && step.expect.as_u16() >= 300 {
             println!("{:<28} {:<52} {:>6}  body: {detail}", "", "", "");
         }
@@ -218,14 +266,36 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
     let port = proxy.addr().port();
     let cert = |stem: &str| format!("--cert {0}/{stem}.crt --key {0}/{stem}.key", dir.display());
     println!("Try it by hand:");
-    println!("  curl --cacert {} {} https://127.0.0.1:{port}/metrics/cadvisor", display(&ca_file), cert("prometheus"));
-    println!("  curl --cacert {} {} https://127.0.0.1:{port}/pods", display(&ca_file), cert("prometheus"));
-    println!("  curl --cacert {} {} https://127.0.0.1:{port}/pods", display(&ca_file), cert("alice"));
-    println!("  curl --cacert {} https://127.0.0.1:{port}/healthz", display(&ca_file));
+    println!(
+        "  curl --cacert {} {} https://127.0.0.1:{port}/metrics/cadvisor",
+        display(&ca_file),
+        cert("prometheus")
+    );
+    println!(
+        "  curl --cacert {} {} https://127.0.0.1:{port}/pods",
+        display(&ca_file),
+        cert("prometheus")
+    );
+    println!(
+        "  curl --cacert {} {} https://127.0.0.1:{port}/pods",
+        display(&ca_file),
+        cert("alice")
+    );
+    println!(
+        "  curl --cacert {} https://127.0.0.1:{port}/healthz",
+        display(&ca_file)
+    );
     println!("  curl http://{}/metrics", proxy.admin_addr());
 
     if args.once {
-        println!("\n{}", if all_held { "every answer was as expected" } else { "SOME ANSWERS WERE UNEXPECTED" });
+        println!(
+            "\n{}",
+            if all_held {
+                "every answer was as expected"
+            } else {
+                "SOME ANSWERS WERE UNEXPECTED"
+            }
+        );
     } else {
         println!("\nServing until Ctrl-C.");
         crate::wait_for_signal().await?;

@@ -72,7 +72,10 @@ pub async fn send(proxy: SocketAddr, caller: &Caller, step: &Step) -> Result<Ans
     let request = request
         .body(Empty::<Bytes>::new())
         .map_err(|e| DemoError::Request(e.to_string()))?;
-    let response = sender.send_request(request).await.map_err(DemoError::Http)?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(DemoError::Http)?;
     let status = response.status();
     if status == StatusCode::SWITCHING_PROTOCOLS {
         return Ok(Answer {
@@ -106,31 +109,109 @@ pub fn steps() -> Vec<Step> {
         why,
     };
     vec![
-        step(0, Method::GET, "/pods", false, StatusCode::OK,
-             "cluster-admins may do anything: allowed on nodes/pods"),
-        step(0, Method::GET, "/exec/default/web/app?command=date&stdout=1", true, StatusCode::SWITCHING_PROTOCOLS,
-             "exec is authorized as `create nodes/proxy`, which cluster-admins have"),
-        step(1, Method::GET, "/metrics/cadvisor", false, StatusCode::OK,
-             "prometheus has get on nodes/metrics"),
-        step(1, Method::GET, "/stats/summary", false, StatusCode::OK,
-             "prometheus has get on nodes/stats"),
-        step(1, Method::GET, "/pods", false, StatusCode::FORBIDDEN,
-             "nodes/pods and the nodes/proxy fallback are both missing"),
-        step(1, Method::GET, "/exec/default/web/app?command=sh", true, StatusCode::FORBIDDEN,
-             "a WebSocket exec is a GET, but the proxy asks for `create`"),
-        step(2, Method::GET, "/healthz", false, StatusCode::OK,
-             "nodes may check their own kubelet's health"),
-        step(2, Method::GET, "/metrics", false, StatusCode::FORBIDDEN,
-             "nodes have no nodes/metrics permission"),
-        step(3, Method::GET, "/healthz", false, StatusCode::FORBIDDEN,
-             "the Node authorizer holds node identities to their own node"),
-        step(4, Method::GET, "/healthz", false, StatusCode::OK,
-             "anonymous health probes are allowed by the policy"),
-        step(4, Method::GET, "/pods", false, StatusCode::FORBIDDEN,
-             "anonymous may not list pods"),
-        step(5, Method::GET, "/healthz", false, StatusCode::UNAUTHORIZED,
-             "a certificate from an unknown CA is an error, never anonymous"),
-        step(4, Method::GET, "/stats/../exec/default/web/app", false, StatusCode::MOVED_PERMANENTLY,
-             "unclean paths are redirected, never authorized as written"),
+        step(
+            0,
+            Method::GET,
+            "/pods",
+            false,
+            StatusCode::OK,
+            "cluster-admins may do anything: allowed on nodes/pods",
+        ),
+        step(
+            0,
+            Method::GET,
+            "/exec/default/web/app?command=date&stdout=1",
+            true,
+            StatusCode::SWITCHING_PROTOCOLS,
+            "exec is authorized as `create nodes/proxy`, which cluster-admins have",
+        ),
+        step(
+            1,
+            Method::GET,
+            "/metrics/cadvisor",
+            false,
+            StatusCode::OK,
+            "prometheus has get on nodes/metrics",
+        ),
+        step(
+            1,
+            Method::GET,
+            "/stats/summary",
+            false,
+            StatusCode::OK,
+            "prometheus has get on nodes/stats",
+        ),
+        step(
+            1,
+            Method::GET,
+            "/pods",
+            false,
+            StatusCode::FORBIDDEN,
+            "nodes/pods and the nodes/proxy fallback are both missing",
+        ),
+        step(
+            1,
+            Method::GET,
+            "/exec/default/web/app?command=sh",
+            true,
+            StatusCode::FORBIDDEN,
+            "a WebSocket exec is a GET, but the proxy asks for `create`",
+        ),
+        step(
+            2,
+            Method::GET,
+            "/healthz",
+            false,
+            StatusCode::OK,
+            "nodes may check their own kubelet's health",
+        ),
+        step(
+            2,
+            Method::GET,
+            "/metrics",
+            false,
+            StatusCode::FORBIDDEN,
+            "nodes have no nodes/metrics permission",
+        ),
+        step(
+            3,
+            Method::GET,
+            "/healthz",
+            false,
+            StatusCode::FORBIDDEN,
+            "the Node authorizer holds node identities to their own node",
+        ),
+        step(
+            4,
+            Method::GET,
+            "/healthz",
+            false,
+            StatusCode::OK,
+            "anonymous health probes are allowed by the policy",
+        ),
+        step(
+            4,
+            Method::GET,
+            "/pods",
+            false,
+            StatusCode::FORBIDDEN,
+            "anonymous may not list pods",
+        ),
+        step(
+            5,
+            Method::GET,
+            "/healthz",
+            false,
+            StatusCode::UNAUTHORIZED,
+            "a certificate from an unknown CA is an error, never anonymous",
+        ),
+        step(
+            4,
+            Method::GET,
+            "/stats/../exec/default/web/app",
+            false,
+            StatusCode::MOVED_PERMANENTLY,
+            "unclean paths are redirected, never authorized as written",
+        ),
     ]
 }

@@ -103,7 +103,12 @@ pub fn select_suites(names: &[String]) -> Result<Vec<SupportedCipherSuite>, Stri
     };
     if names.is_empty() {
         let mut all: Vec<SupportedCipherSuite> = tls13().collect();
-        all.extend(SUITES.iter().map(|(_, s)| *s).filter(|s| s.tls13().is_none()));
+        all.extend(
+            SUITES
+                .iter()
+                .map(|(_, s)| *s)
+                .filter(|s| s.tls13().is_none()),
+        );
         all.dedup_by_key(|s| s.suite());
         return Ok(all);
     }
@@ -135,7 +140,11 @@ mod tests {
     fn versions() {
         assert_eq!(parse_min_version("VersionTLS12"), Ok(MinVersion::Tls12));
         assert_eq!(parse_min_version("VersionTLS13"), Ok(MinVersion::Tls13));
-        assert!(parse_min_version("VersionTLS11").unwrap_err().contains("not supported"));
+        assert!(
+            parse_min_version("VersionTLS11")
+                .unwrap_err()
+                .contains("not supported")
+        );
         assert!(parse_min_version("tls12").unwrap_err().contains("unknown"));
     }
 

@@ -72,15 +72,14 @@ pub struct ServerTls<'a> {
 /// Builds the serving configuration. With `client_ca_hints`, a client certificate is requested but
 /// never required, and only the handshake signature is checked (see [`RequestClientCert`]).
 pub fn server_config(settings: ServerTls<'_>) -> Result<Arc<ServerConfig>, String> {
-    let builder = ServerConfig::builder_with_provider(Arc::new(provider_with(
-        settings.cipher_suites,
-    )))
-    .with_protocol_versions(versions(settings.min_version))
-    .map_err(|e| format!("TLS settings: {e}"))?;
+    let builder =
+        ServerConfig::builder_with_provider(Arc::new(provider_with(settings.cipher_suites)))
+            .with_protocol_versions(versions(settings.min_version))
+            .map_err(|e| format!("TLS settings: {e}"))?;
     let builder = match settings.client_ca_hints {
-        Some(hints) => builder.with_client_cert_verifier(Arc::new(RequestClientCert::new(
-            hints.to_vec(),
-        ))),
+        Some(hints) => {
+            builder.with_client_cert_verifier(Arc::new(RequestClientCert::new(hints.to_vec())))
+        }
         None => builder.with_no_client_auth(),
     };
     let mut config = builder
@@ -107,10 +106,11 @@ pub fn upstream_client_config(settings: UpstreamTls) -> Result<Arc<ClientConfig>
             .add(cert)
             .map_err(|e| format!("CA certificate {} is not usable: {e}", i + 1))?;
     }
-    let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_protocol_versions(versions(MinVersion::Tls12))
-        .map_err(|e| format!("TLS settings: {e}"))?
-        .with_root_certificates(roots);
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_protocol_versions(versions(MinVersion::Tls12))
+            .map_err(|e| format!("TLS settings: {e}"))?
+            .with_root_certificates(roots);
     let config = match settings.client_identity {
         Some((chain, key)) => builder
             .with_client_auth_cert(chain, key)
