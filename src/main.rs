@@ -29,6 +29,18 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
+/// clap's multi-line error as the one line operators grep for: the message and, when clap lists
+/// them, the possible values; the "try --help" hint is dropped.
+fn one_line(message: &str) -> String {
+    message
+        .lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.starts_with("For more information"))
+        .map(|line| line.strip_prefix("error: ").unwrap_or(line))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn init_logging(format: LogFormat, verbosity: u8) {
     let default_level = match verbosity {
         0 => "info",
@@ -47,7 +59,14 @@ fn init_logging(format: LogFormat, verbosity: u8) {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            eprintln!("kubelet-auth-proxy: {}", one_line(&e.to_string()));
+            return Ok(ExitCode::from(2));
+        }
+    };
     // Every rustls config here names the ring provider explicitly; installing it as the process
     // default as well keeps any library that asks for the default off other providers.
     let _ = rustls::crypto::ring::default_provider().install_default();

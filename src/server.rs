@@ -14,9 +14,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use http::{Request, Response};
-use http_body_util::Either;
-use hyper::body::Incoming;
+use http::header::{CONTENT_LENGTH, HeaderValue};
+use http::{Method, Request, Response};
+use http_body_util::{Either, Full};
+use hyper::body::{Body, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -260,7 +261,19 @@ impl Pipeline {
         req: Request<Incoming>,
     ) -> Response<ResponseBody> {
         let started = Instant::now();
-        let (response, decision, subresource) = self.decide_and_forward(identity, peer, req).await;
+        let head = req.method() == Method::HEAD;
+        let (mut response, decision, subresource) =
+            self.decide_and_forward(identity, peer, req).await;
+        if head && let Either::Right(body) = response.body() {
+            // Our own answers carry a body; a HEAD response must not (HTTP/2 peers reset the
+            // stream if it does). As Go's net/http does for the kubelet, the length of the body
+            // that a GET would get is still announced. The kubelet's answers pass through as is.
+            let length = body.size_hint().exact().unwrap_or_default();
+            response
+                .headers_mut()
+                .insert(CONTENT_LENGTH, HeaderValue::from(length));
+            *response.body_mut() = Either::Right(Full::default());
+        }
         self.metrics.observe_request(
             &RequestLabels {
                 code: response.status().as_u16(),

@@ -10,6 +10,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
+use tokio::io::AsyncWriteExt;
 
 use bytes::Bytes;
 use http::header::{
@@ -320,7 +321,13 @@ async fn echo_upgraded(on_upgrade: OnUpgrade, mut stop: watch::Receiver<bool>) {
     };
     let (mut reader, mut writer) = tokio::io::split(TokioIo::new(upgraded));
     tokio::select! {
-        _ = tokio::io::copy(&mut reader, &mut writer) => {}
+        copied = tokio::io::copy(&mut reader, &mut writer) => {
+            // The client finished sending: close our side cleanly too (a TLS close_notify), as a
+            // kubelet does when a session ends.
+            if copied.is_ok() {
+                let _ = writer.shutdown().await;
+            }
+        }
         _ = stop.changed() => {}
     }
 }

@@ -277,8 +277,6 @@ async fn exact_refusal_bodies() {
 }
 
 #[tokio::test]
-#[ignore = "library bug: over HTTP/2 the proxy sends its own refusal bodies (401/403/301/400) \
-            in DATA frames on HEAD responses; the client resets the stream (PROTOCOL_ERROR)"]
 async fn head_refusal_over_http2_is_well_formed() {
     let h = ProxySpec::new(&["--authorization-mode=AlwaysDeny"])
         .start()

@@ -177,9 +177,6 @@ async fn bad_files_and_settings_exit_2_with_one_line() {
 }
 
 #[tokio::test]
-#[ignore = "library bug: flag values rejected by clap (unknown --authorization-mode, bad \
-            --header-read-timeout) print clap's multi-line error (error, possible values, blank \
-            line, 'For more information, try --help'), not one line"]
 async fn bad_flag_values_exit_2_with_one_line() {
     let files = files();
     let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();

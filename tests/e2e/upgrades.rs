@@ -125,9 +125,6 @@ async fn websocket_exec_through_an_https_kubelet_ends_when_the_caller_closes() {
 }
 
 #[tokio::test]
-#[ignore = "stand-in kubelet bug: its upgraded echo task drops the TLS stream without \
-            close_notify; the proxy reads that as an error and drops the caller's TLS connection \
-            without close_notify too, so the caller sees a truncated stream"]
 async fn websocket_exec_through_an_https_kubelet_ends_with_a_clean_close() {
     let end = splice(
         Upstream::Https,
