@@ -65,14 +65,13 @@ impl SubjectAccessReviewAuthorizer {
             + attrs.subresource.len()
             + attrs.name.len()
             + attrs.path.len();
-        let result = if attribute_bytes >= MAX_CACHEABLE_ATTRIBUTE_BYTES {
-            self.review(attrs).await.map_err(Arc::new)
-        } else {
-            self.cache
-                .get_or_review(cache_key(attrs), self.review(attrs))
-                .await
-        };
-        result.map_err(|e| AuthorizationError::Webhook(e.to_string()))
+        if attribute_bytes >= MAX_CACHEABLE_ATTRIBUTE_BYTES {
+            return self.review(attrs).await;
+        }
+        self.cache
+            .get_or_review(cache_key(attrs), self.review(attrs))
+            .await
+            .map_err(|shared| (*shared).clone())
     }
 
     async fn review(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
