@@ -108,6 +108,11 @@ impl Authorizer {
         }
     }
 
+    /// Whether an error of this authorizer ends the chain (a webhook with `failurePolicy: Deny`).
+    fn stops_chain_on_error(&self) -> bool {
+        matches!(self, Authorizer::Webhook(webhook) if webhook.stops_chain_on_error())
+    }
+
     /// This authorizer's decision on one attribute set.
     pub async fn authorize(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
         Ok(match self {
@@ -134,6 +139,12 @@ impl AuthorizerChain {
         AuthorizerChain { authorizers }
     }
 
+    /// The authorizers' mode names, in order, e.g. `Node,Policy,Webhook`.
+    pub fn names(&self) -> String {
+        let names: Vec<&str> = self.authorizers.iter().map(Authorizer::name).collect();
+        names.join(",")
+    }
+
     /// The chain's decision for one attribute set, with the name of the deciding authorizer
     /// (`None` when every authorizer had no opinion). As the apiserver's union authorizer: an
     /// error does not stop the chain, a later Allow or Deny still decides; the error is returned
@@ -150,6 +161,7 @@ impl AuthorizerChain {
                     return Ok((decision, Some(authorizer.name())));
                 }
                 Ok(no_opinion) => last = no_opinion,
+                Err(e) if authorizer.stops_chain_on_error() => return Err(e),
                 Err(e) => error = Some(e),
             }
         }
