@@ -566,6 +566,11 @@ current-context: stand-in
         }
     }
 
+    /// Drops the faults not served yet.
+    pub fn clear_faults(&self) {
+        self.shared.lock().faults.clear();
+    }
+
     /// Holds every call matching `target` (counted on arrival, answered only when the gate
     /// opens), until the returned gate is released or dropped.
     pub fn hold(&self, target: impl Into<Target>) -> Gate {
@@ -598,12 +603,14 @@ current-context: stand-in
             .collect()
     }
 
-    /// The `spec` of every well-formed TokenReview received, in order of arrival.
+    /// The `spec` of every TokenReview received from an authenticated caller, in order of
+    /// arrival, whatever it was answered with (faults included).
     pub fn token_reviews(&self) -> Vec<Value> {
         self.shared.lock().token_reviews.clone()
     }
 
-    /// The `spec` of every well-formed SubjectAccessReview received, in order of arrival.
+    /// The `spec` of every SubjectAccessReview received from an authenticated caller, in order
+    /// of arrival, whatever it was answered with (faults included).
     pub fn access_reviews(&self) -> Vec<Value> {
         self.shared.lock().access_reviews.clone()
     }
@@ -802,6 +809,17 @@ async fn answer(
             );
         }
     };
+    // Every review received is recorded, whatever it is answered with.
+    if let Some(spec) = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|review| review.get("spec").cloned())
+    {
+        let mut state = shared.lock();
+        match kind {
+            Kind::TokenReview => state.token_reviews.push(spec),
+            Kind::SubjectAccessReview => state.access_reviews.push(spec),
+        }
+    }
     if let Some(mut open) = hold {
         let _ = open.wait_for(|open| *open).await;
     }
@@ -926,8 +944,7 @@ fn review_token(body: &[u8], shared: &Shared) -> (StatusCode, Value) {
                 .collect()
         })
         .unwrap_or_default();
-    let mut state = shared.lock();
-    state.token_reviews.push(spec.clone());
+    let state = shared.lock();
     if token.is_empty() {
         return status_json(
             StatusCode::BAD_REQUEST,
@@ -1008,11 +1025,7 @@ fn review_access(body: &[u8], shared: &Shared) -> (StatusCode, Value) {
         Err(error) => return error,
     };
     let spec = review["spec"].clone();
-    let rules = {
-        let mut state = shared.lock();
-        state.access_reviews.push(spec.clone());
-        state.rules.clone()
-    };
+    let rules = shared.lock().rules.clone();
     let has_resource = spec.get("resourceAttributes").is_some();
     let has_non_resource = spec.get("nonResourceAttributes").is_some();
     let parsed = AccessReview::parse(&spec);
