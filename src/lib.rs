@@ -6,11 +6,14 @@
 //!   the handshake signature is checked there.
 //! - [`canonical_path`]: the path gate before anything else: redirect or refuse unclean paths, so
 //!   the path we authorize is the path the kubelet routes.
-//! - [`authn`]: who is calling (x509 client certificates, anonymous), with the kubelet's chain
-//!   semantics; yields an `Arc<User>`.
+//! - [`authn`]: who is calling (x509 client certificates, bearer tokens checked with TokenReview,
+//!   anonymous), with the kubelet's chain semantics; yields an `Arc<User>`.
 //! - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!   authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
-//!   [`authz::rbac`] matching) and the kubelet's loop over the list.
+//!   [`authz::rbac`] matching, [`authz::webhook`] with SubjectAccessReview) and the kubelet's loop
+//!   over the list.
+//! - [`apiserver`]: TokenReview and SubjectAccessReview calls with the kubelet's retries;
+//!   [`cache`]: the bounded caches in front of them, which coalesce concurrent misses.
 //! - [`responses`]: the one place refusals become HTTP responses, with the kubelet's bodies.
 //! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades.
 //! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener.
@@ -18,8 +21,10 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod apiserver;
 pub mod authn;
 pub mod authz;
+pub mod cache;
 pub mod canonical_path;
 pub mod config;
 pub mod demo;

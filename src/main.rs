@@ -85,7 +85,7 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         None => {
             init_logging(cli.flags.log_format, cli.flags.verbosity);
-            let config = match Config::load(&cli.flags) {
+            let config = match runtime.block_on(Config::load(&cli.flags)) {
                 Ok(config) => config,
                 Err(e) => {
                     eprintln!("kubelet-auth-proxy: {e}");

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -11,12 +11,14 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// What the proxy decided about a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Outcome {
     /// Authorized and forwarded; the code is the kubelet's.
     Allowed,
     /// 403: no attribute set was allowed.
     Forbidden,
+    /// 500: an authorizer failed (SubjectAccessReview unavailable).
+    AuthorizationError,
     /// 401: no or bad credential.
     Unauthenticated,
     /// 301: the path was not canonical.
@@ -25,6 +27,27 @@ pub enum Outcome {
     BadRequest,
     /// 502: the kubelet could not be reached or failed.
     UpstreamError,
+}
+
+impl Outcome {
+    /// The label value: snake case, as Prometheus label values usually are.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Forbidden => "forbidden",
+            Outcome::AuthorizationError => "authorization_error",
+            Outcome::Unauthenticated => "unauthenticated",
+            Outcome::Redirected => "redirected",
+            Outcome::BadRequest => "bad_request",
+            Outcome::UpstreamError => "upstream_error",
+        }
+    }
+}
+
+impl EncodeLabelValue for Outcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.as_str(), encoder)
+    }
 }
 
 /// Labels of the request counter.
@@ -45,6 +68,72 @@ pub struct DecisionLabels {
     pub decision: Outcome,
 }
 
+/// Which review an API server call makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum ReviewKind {
+    /// `authentication.k8s.io/v1` TokenReview.
+    TokenReview,
+    /// `authorization.k8s.io/v1` SubjectAccessReview.
+    SubjectAccessReview,
+}
+
+impl ReviewKind {
+    /// The Kubernetes kind, for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewKind::TokenReview => "TokenReview",
+            ReviewKind::SubjectAccessReview => "SubjectAccessReview",
+        }
+    }
+}
+
+/// Labels of API server calls: one observation per HTTP attempt, retries included.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ApiCallLabels {
+    /// The review made.
+    pub kind: ReviewKind,
+    /// HTTP status code of the answer; 0 when there was none (unreachable, timeout).
+    pub code: u16,
+}
+
+/// Labels of the latency histogram of API server calls.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReviewKindLabels {
+    /// The review made.
+    pub kind: ReviewKind,
+}
+
+/// How a cache lookup was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheResult {
+    /// From the cache.
+    Hit,
+    /// Not cached: this request made the API server call.
+    Miss,
+    /// Not cached, but another request was already making the same call: this one waited for it.
+    Coalesced,
+}
+
+impl EncodeLabelValue for CacheResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let value = match self {
+            CacheResult::Hit => "hit",
+            CacheResult::Miss => "miss",
+            CacheResult::Coalesced => "coalesced",
+        };
+        EncodeLabelValue::encode(&value, encoder)
+    }
+}
+
+/// Labels of cache lookups.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// Which cache: the TokenReview or the SubjectAccessReview one.
+    pub cache: ReviewKind,
+    /// How the lookup was served.
+    pub result: CacheResult,
+}
+
 fn latency_histogram() -> Histogram {
     Histogram::new([
         0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -60,6 +149,9 @@ pub struct Metrics {
     latency: Family<DecisionLabels, Histogram, fn() -> Histogram>,
     connections: Gauge,
     handshake_failures: Counter,
+    api_calls: Family<ApiCallLabels, Counter>,
+    api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
+    cache_lookups: Family<CacheLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -97,12 +189,34 @@ impl Metrics {
             "Client TLS handshakes that failed or timed out",
             handshake_failures.clone(),
         );
+        let api_calls = Family::<ApiCallLabels, Counter>::default();
+        registry.register(
+            "apiserver_calls",
+            "TokenReview and SubjectAccessReview HTTP attempts, by kind and status code (0: no answer)",
+            api_calls.clone(),
+        );
+        let api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "apiserver_call_duration_seconds",
+            "Duration of TokenReview and SubjectAccessReview HTTP attempts",
+            api_latency.clone(),
+        );
+        let cache_lookups = Family::<CacheLabels, Counter>::default();
+        registry.register(
+            "review_cache_lookups",
+            "Token and authorization cache lookups: hit, miss (called the API server) or coalesced (waited for a call already in flight)",
+            cache_lookups.clone(),
+        );
         Metrics {
             registry,
             requests,
             latency,
             connections,
             handshake_failures,
+            api_calls,
+            api_latency,
+            cache_lookups,
         }
     }
 
@@ -114,6 +228,21 @@ impl Metrics {
                 decision: labels.decision,
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one HTTP attempt to the API server.
+    pub fn observe_api_call(&self, labels: &ApiCallLabels, elapsed: Duration) {
+        self.api_calls.get_or_create(labels).inc();
+        self.api_latency
+            .get_or_create(&ReviewKindLabels { kind: labels.kind })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records how a review cache lookup was served.
+    pub fn observe_cache(&self, cache: ReviewKind, result: CacheResult) {
+        self.cache_lookups
+            .get_or_create(&CacheLabels { cache, result })
+            .inc();
     }
 
     /// The open-connections gauge, incremented and decremented by the accept loop.

@@ -42,6 +42,18 @@ pub fn forbidden(user: &User, verb: &str, subresources: &Subresources) -> Respon
     )
 }
 
+/// 500 when an authorizer could not decide (the API server unreachable after retries, an
+/// unusable answer): the kubelet's body, singular `subresource=` of the attribute that failed.
+pub fn authorization_error(user: &User, verb: &str, subresource: &str) -> Response<ResponseBody> {
+    text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!(
+            "Authorization error (user={}, verb={verb}, resource={RESOURCE}, subresource={subresource})",
+            user.name
+        ),
+    )
+}
+
 /// 301 to the cleaned path, as Go's ServeMux answers an unclean path before any authentication:
 /// `Location` is the clean path plus the original query; GET gets Go's small HTML body.
 pub fn redirect(method: &Method, location: &str) -> Response<ResponseBody> {

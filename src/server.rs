@@ -87,7 +87,7 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
     let admin_listener = TcpListener::bind(config.admin_listen_address).await?;
     let addr = listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::clone(&config.metrics);
     let (shutdown, shutdown_rx) = watch::channel(false);
 
     let admin = tokio::spawn(admin::serve(
@@ -314,7 +314,11 @@ impl Pipeline {
             }
         };
 
-        let user = match self.authenticator.authenticate(identity, unix_now()) {
+        let user = match self
+            .authenticator
+            .authenticate(identity, req.version(), req.headers(), unix_now())
+            .await
+        {
             Authentication::User(user) => user,
             Authentication::Unauthenticated => {
                 debug!(%peer, path = %decoded, "no credential");
@@ -333,7 +337,9 @@ impl Pipeline {
             &user,
             &self.node_name,
             &decoded,
-        ) {
+        )
+        .await
+        {
             RequestDecision::Allowed {
                 subresource,
                 authorizer,
@@ -341,6 +347,14 @@ impl Pipeline {
             } => {
                 debug!(user = %user.name, verb = attrs.verb, path = %decoded, subresource, authorizer, %reason, "allowed");
                 subresource
+            }
+            RequestDecision::Error { subresource, error } => {
+                warn!(user = %user.name, verb = attrs.verb, path = %decoded, subresource, %error, "authorization failed");
+                return (
+                    responses::authorization_error(&user, attrs.verb, subresource),
+                    Outcome::AuthorizationError,
+                    subresource,
+                );
             }
             RequestDecision::Forbidden { reason } => {
                 debug!(user = %user.name, verb = attrs.verb, path = %decoded, subresources = %attrs.subresources, %reason, "forbidden");

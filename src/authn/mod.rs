@@ -4,13 +4,16 @@
 //! then (later) bearer tokens; errors do not stop later authenticators, but any error prevents the
 //! anonymous fallback, so a bad credential is a 401 even when anonymous access is on.
 
+pub mod token;
 pub mod x509;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use http::{HeaderMap, Version};
 use rustls::pki_types::{CertificateDer, UnixTime};
 
+use token::{Presented, TokenOutcome, TokenReviewAuthenticator, bearer_token, websocket_token};
 use x509::{X509Authenticator, X509Outcome};
 
 /// The group every authenticated (non-anonymous) user is put in, as the kubelet's
@@ -82,32 +85,43 @@ pub enum Authentication {
 #[derive(Debug, Clone)]
 pub struct ConnectionIdentity(X509Outcome);
 
-/// The authenticator chain: x509 (when `--client-ca-file` is set), then anonymous when allowed.
+/// The authenticator chain: x509 (when `--client-ca-file` is set), then bearer tokens from the
+/// `Authorization` header and from WebSocket subprotocols (with `--authentication-token-webhook`),
+/// then anonymous when allowed.
 ///
-/// Kubelet semantics (reference §3.3): a verification error does not stop later authenticators
-/// but rules out the anonymous fallback; with no authenticator configured and anonymous on, every
-/// request is anonymous, whatever it presents.
+/// Kubelet semantics (reference §3.3): the first success wins; an error (a bad certificate, a
+/// rejected or malformed token, a failed TokenReview) does not stop later authenticators but rules
+/// out the anonymous fallback; with no authenticator configured and anonymous on, every request is
+/// anonymous, whatever it presents.
 #[derive(Debug, Clone)]
 pub struct Authenticator {
     x509: Option<X509Authenticator>,
+    tokens: Option<Arc<TokenReviewAuthenticator>>,
     anonymous: bool,
 }
 
 /// The kubelet's start-up error when nothing could authenticate a request.
 #[derive(Debug, thiserror::Error)]
-#[error("no authentication method configured: set --client-ca-file or --anonymous-auth")]
+#[error(
+    "no authentication method configured: set --client-ca-file, --authentication-token-webhook or --anonymous-auth"
+)]
 pub struct NoAuthenticationMethod;
 
 impl Authenticator {
     /// Builds the chain; refuses a configuration in which every request would be a 401.
     pub fn new(
         x509: Option<X509Authenticator>,
+        tokens: Option<Arc<TokenReviewAuthenticator>>,
         anonymous: bool,
     ) -> Result<Authenticator, NoAuthenticationMethod> {
-        if x509.is_none() && !anonymous {
+        if x509.is_none() && tokens.is_none() && !anonymous {
             return Err(NoAuthenticationMethod);
         }
-        Ok(Authenticator { x509, anonymous })
+        Ok(Authenticator {
+            x509,
+            tokens,
+            anonymous,
+        })
     }
 
     /// Verifies the connection's client certificate chain, if x509 authentication is configured.
@@ -123,7 +137,13 @@ impl Authenticator {
     }
 
     /// Authenticates one request of a connection at `now_secs` (Unix seconds).
-    pub fn authenticate(&self, connection: &ConnectionIdentity, now_secs: i64) -> Authentication {
+    pub async fn authenticate(
+        &self,
+        connection: &ConnectionIdentity,
+        version: Version,
+        headers: &HeaderMap,
+        now_secs: i64,
+    ) -> Authentication {
         let mut error = None;
         match &connection.0 {
             X509Outcome::Authenticated { user, valid_until } => {
@@ -134,6 +154,18 @@ impl Authenticator {
             }
             X509Outcome::Invalid(reason) => error = Some(reason.clone()),
             X509Outcome::NoCertificate => {}
+        }
+        if let Some(tokens) = &self.tokens {
+            for presented in [bearer_token(headers), websocket_token(version, headers)] {
+                match presented {
+                    Presented::Nothing => {}
+                    Presented::Invalid(reason) => error = Some(reason.to_owned()),
+                    Presented::Token(token) => match tokens.authenticate(&token).await {
+                        TokenOutcome::User(user) => return Authentication::User(user),
+                        TokenOutcome::Failed(reason) => error = Some(reason),
+                    },
+                }
+            }
         }
         match error {
             Some(reason) => Authentication::Failed(reason),

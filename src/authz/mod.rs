@@ -9,6 +9,7 @@ pub mod attributes;
 pub mod node;
 pub mod policy;
 pub mod rbac;
+pub mod webhook;
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use crate::authn::User;
 use attributes::KubeletAttributes;
 use node::NodeAuthorizer;
 use policy::PolicyAuthorizer;
+use webhook::SubjectAccessReviewAuthorizer;
 
 /// The resource every kubelet attribute names.
 pub const RESOURCE: &str = "nodes";
@@ -71,6 +73,14 @@ pub enum Decision {
     NoOpinion(Reason),
 }
 
+/// An authorizer could not decide: the kubelet answers 500 and tries no further attribute.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AuthorizationError {
+    /// The SubjectAccessReview failed after its retries, or its answer was unusable.
+    #[error("SubjectAccessReview: {0}")]
+    Webhook(String),
+}
+
 /// One authorizer of the chain. A closed set: an enum is simpler and faster than trait objects.
 #[derive(Debug)]
 pub enum Authorizer {
@@ -82,6 +92,8 @@ pub enum Authorizer {
     Node(NodeAuthorizer),
     /// Local RBAC rules.
     Policy(Arc<PolicyAuthorizer>),
+    /// SubjectAccessReview with the API server.
+    Webhook(Arc<SubjectAccessReviewAuthorizer>),
 }
 
 impl Authorizer {
@@ -92,19 +104,21 @@ impl Authorizer {
             Authorizer::AlwaysDeny => "AlwaysDeny",
             Authorizer::Node(_) => "Node",
             Authorizer::Policy(_) => "Policy",
+            Authorizer::Webhook(_) => "Webhook",
         }
     }
 
     /// This authorizer's decision on one attribute set.
-    pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
-        match self {
+    pub async fn authorize(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
+        Ok(match self {
             Authorizer::AlwaysAllow => Decision::Allow(Reason::Static("AlwaysAllow")),
             Authorizer::AlwaysDeny => {
                 Decision::NoOpinion(Reason::Static("Everything is forbidden."))
             }
             Authorizer::Node(node) => node.authorize(attrs),
             Authorizer::Policy(policy) => policy.authorize(attrs),
-        }
+            Authorizer::Webhook(webhook) => return webhook.authorize(attrs).await,
+        })
     }
 }
 
@@ -121,23 +135,33 @@ impl AuthorizerChain {
     }
 
     /// The chain's decision for one attribute set, with the name of the deciding authorizer
-    /// (`None` when every authorizer had no opinion).
-    pub fn authorize(&self, attrs: &Attributes<'_>) -> (Decision, Option<&'static str>) {
+    /// (`None` when every authorizer had no opinion). As the apiserver's union authorizer: an
+    /// error does not stop the chain, a later Allow or Deny still decides; the error is returned
+    /// only when nothing decided.
+    pub async fn authorize(
+        &self,
+        attrs: &Attributes<'_>,
+    ) -> Result<(Decision, Option<&'static str>), AuthorizationError> {
         let mut last = Decision::NoOpinion(Reason::Static("no authorizer configured"));
+        let mut error = None;
         for authorizer in &self.authorizers {
-            match authorizer.authorize(attrs) {
-                decision @ (Decision::Allow(_) | Decision::Deny(_)) => {
-                    return (decision, Some(authorizer.name()));
+            match authorizer.authorize(attrs).await {
+                Ok(decision @ (Decision::Allow(_) | Decision::Deny(_))) => {
+                    return Ok((decision, Some(authorizer.name())));
                 }
-                no_opinion => last = no_opinion,
+                Ok(no_opinion) => last = no_opinion,
+                Err(e) => error = Some(e),
             }
         }
-        (last, None)
+        match error {
+            Some(e) => Err(e),
+            None => Ok((last, None)),
+        }
     }
 }
 
 /// The outcome of the kubelet's loop over a request's attribute list.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum RequestDecision {
     /// Allowed on `subresource` by `authorizer` for `reason`.
     Allowed {
@@ -153,11 +177,18 @@ pub enum RequestDecision {
         /// The last authorizer reason seen, for logs.
         reason: Reason,
     },
+    /// Authorizing `subresource` failed: 500, and the remaining attribute sets were not tried.
+    Error {
+        /// The subresource whose authorization failed.
+        subresource: &'static str,
+        /// What failed.
+        error: AuthorizationError,
+    },
 }
 
 /// The kubelet's authorization loop (reference §1.1): each attribute set in order; only `Allow`
-/// stops it, `Deny` and `NoOpinion` both move on to the next set.
-pub fn authorize_request(
+/// stops it, `Deny` and `NoOpinion` both move on to the next set, and an error ends it at once.
+pub async fn authorize_request(
     chain: &AuthorizerChain,
     request: &KubeletAttributes,
     user: &User,
@@ -173,15 +204,16 @@ pub fn authorize_request(
             name: node_name,
             path,
         };
-        match chain.authorize(&attrs) {
-            (Decision::Allow(why), authorizer) => {
+        match chain.authorize(&attrs).await {
+            Ok((Decision::Allow(why), authorizer)) => {
                 return RequestDecision::Allowed {
                     subresource,
                     authorizer: authorizer.unwrap_or_default(),
                     reason: why,
                 };
             }
-            (Decision::Deny(why) | Decision::NoOpinion(why), _) => reason = why,
+            Ok((Decision::Deny(why) | Decision::NoOpinion(why), _)) => reason = why,
+            Err(error) => return RequestDecision::Error { subresource, error },
         }
     }
     RequestDecision::Forbidden { reason }
@@ -216,7 +248,14 @@ subjects: [{kind: User, name: alice}]
 
     fn decide(chain: &AuthorizerChain, user: &User, method: Method, path: &str) -> RequestDecision {
         let attrs = kubelet_attributes(&AttributeMapping::default(), &method, path);
-        authorize_request(chain, &attrs, user, "node-a", path)
+        block_on(authorize_request(chain, &attrs, user, "node-a", path))
+    }
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a current-thread runtime")
+            .block_on(future)
     }
 
     #[test]
@@ -235,12 +274,12 @@ subjects: [{kind: User, name: alice}]
             "{decision:?}"
         );
         let only_deny = AuthorizerChain::new(vec![Authorizer::AlwaysDeny]);
-        assert_eq!(
-            decide(&only_deny, &user("bob", &[]), Method::GET, "/pods"),
-            RequestDecision::Forbidden {
-                reason: Reason::Static("Everything is forbidden.")
+        match decide(&only_deny, &user("bob", &[]), Method::GET, "/pods") {
+            RequestDecision::Forbidden { reason } => {
+                assert_eq!(reason, Reason::Static("Everything is forbidden."));
             }
-        );
+            other => panic!("expected Forbidden, got {other:?}"),
+        }
     }
 
     #[test]

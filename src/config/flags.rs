@@ -101,15 +101,43 @@ pub struct ProxyFlags {
           require_equals = true, default_missing_value = "true", help_heading = "Authentication")]
     pub anonymous_auth: bool,
 
+    /// Check bearer tokens (Authorization header, WebSocket subprotocol) with TokenReview.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Authentication")]
+    pub authentication_token_webhook: bool,
+
+    /// How long TokenReview answers (users and rejections) are cached.
+    #[arg(long, value_name = "DURATION", default_value = "2m0s", value_parser = parse_go_duration, help_heading = "Authentication")]
+    pub authentication_token_webhook_cache_ttl: Duration,
+
+    /// Comma-separated audiences sent in TokenReviews; a token must be valid for one of them.
+    /// Default: none (the API server's own audiences), as the kubelet.
+    #[arg(
+        long,
+        value_name = "AUDIENCES",
+        value_delimiter = ',',
+        help_heading = "Authentication"
+    )]
+    pub authentication_token_audiences: Vec<String>,
+
     /// Comma-separated authorizers tried in order; the first Allow or Deny wins: AlwaysAllow,
-    /// AlwaysDeny, Node, Policy.
+    /// AlwaysDeny, Node, Policy, Webhook.
     #[arg(
         long,
         value_name = "MODES",
         value_delimiter = ',',
+        default_value = "Webhook",
         help_heading = "Authorization"
     )]
     pub authorization_mode: Vec<AuthorizationMode>,
+
+    /// How long allowed SubjectAccessReview answers are cached.
+    #[arg(long, value_name = "DURATION", default_value = "5m0s", value_parser = parse_go_duration, help_heading = "Authorization")]
+    pub authorization_webhook_cache_authorized_ttl: Duration,
+
+    /// How long denied and no-opinion SubjectAccessReview answers are cached.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_go_duration, help_heading = "Authorization")]
+    pub authorization_webhook_cache_unauthorized_ttl: Duration,
 
     /// RBAC manifests (ClusterRole, ClusterRoleBinding, List; multi-document YAML) for the Policy
     /// authorizer. Repeatable.
@@ -151,6 +179,16 @@ pub struct ProxyFlags {
           require_equals = true, default_missing_value = "true", help_heading = "Upstream kubelet")]
     pub forward_identity_headers: bool,
 
+    /// kubeconfig of the API server for TokenReview and SubjectAccessReview (client certificate or
+    /// token credentials). Default: the in-cluster service account.
+    #[arg(long, value_name = "FILE", help_heading = "API server")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Time allowed for one TokenReview or SubjectAccessReview attempt (connect, send, read the
+    /// answer). Transient failures are retried up to 5 attempts, as the kubelet does.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration, help_heading = "API server")]
+    pub apiserver_request_timeout: Duration,
+
     /// Address for /healthz, /readyz and /metrics (plain HTTP; keep it on loopback).
     #[arg(
         long,
@@ -191,6 +229,9 @@ pub enum AuthorizationMode {
     /// Local RBAC rules from --authorization-policy-file.
     #[value(name = "Policy")]
     Policy,
+    /// SubjectAccessReview with the API server, cached.
+    #[value(name = "Webhook")]
+    Webhook,
 }
 
 /// Log output format.

@@ -13,12 +13,16 @@ use std::time::Duration;
 use http::uri::{Authority, Uri};
 use rustls::pki_types::ServerName;
 
+use crate::apiserver::ApiServerClient;
 use crate::authn::Authenticator;
+use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::{ClientCa, X509Authenticator};
 use crate::authz::attributes::AttributeMapping;
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
+use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
+use crate::metrics::Metrics;
 use crate::proxy::{ForwardOptions, Forwarder, UpstreamTarget};
 use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
 use flags::{AuthorizationMode, ProxyFlags};
@@ -85,11 +89,30 @@ pub struct Config {
     pub max_connections: usize,
     /// Time given to in-flight requests at shutdown.
     pub shutdown_grace_period: Duration,
+    /// The metrics every part records into.
+    pub metrics: Arc<Metrics>,
 }
 
 impl Config {
-    /// Validates `flags` and loads every file they name.
-    pub fn load(flags: &ProxyFlags) -> Result<Config, ConfigError> {
+    /// Validates `flags` and loads every file they name. Builds the API server client only when
+    /// TokenReview or the Webhook mode needs it (it connects lazily, on the first review).
+    pub async fn load(flags: &ProxyFlags) -> Result<Config, ConfigError> {
+        let metrics = Arc::new(Metrics::new());
+        let needs_api_server = flags.authentication_token_webhook
+            || flags
+                .authorization_mode
+                .contains(&AuthorizationMode::Webhook);
+        let api_server = if needs_api_server {
+            Some(api_server_client(flags, Arc::clone(&metrics)).await?)
+        } else {
+            None
+        };
+        if !flags.authentication_token_audiences.is_empty() && !flags.authentication_token_webhook {
+            return Err(flag_error(
+                "--authentication-token-audiences",
+                "given, but --authentication-token-webhook is off",
+            ));
+        }
         let cert_path = flags
             .tls_cert_file
             .as_deref()
@@ -127,9 +150,24 @@ impl Config {
             client_ca_hints: hints.as_deref(),
         })
         .map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
-        let authenticator =
-            Authenticator::new(client_ca.map(X509Authenticator::new), flags.anonymous_auth)
-                .map_err(|e| flag_error("--client-ca-file", e.to_string()))?;
+        let tokens = match (&api_server, flags.authentication_token_webhook) {
+            (Some(client), true) => Some(Arc::new(
+                TokenReviewAuthenticator::new(
+                    client.clone(),
+                    flags.authentication_token_audiences.clone(),
+                    flags.authentication_token_webhook_cache_ttl,
+                    Arc::clone(&metrics),
+                )
+                .map_err(|e| flag_error("--authentication-token-webhook", e.to_string()))?,
+            )),
+            _ => None,
+        };
+        let authenticator = Authenticator::new(
+            client_ca.map(X509Authenticator::new),
+            tokens,
+            flags.anonymous_auth,
+        )
+        .map_err(|e| flag_error("--client-ca-file", e.to_string()))?;
 
         let node_name = match &flags.node_name {
             Some(name) if !name.trim().is_empty() => name.trim().to_owned(),
@@ -142,7 +180,7 @@ impl Config {
             admin_listen_address: flags.admin_listen_address,
             server_tls,
             authenticator,
-            authorizers: authorizers(flags)?,
+            authorizers: authorizers(flags, api_server.as_ref(), &metrics)?,
             mapping: AttributeMapping {
                 fine_grained: flags.fine_grained_authz,
                 exec_requires_create: flags.exec_requires_create,
@@ -153,6 +191,7 @@ impl Config {
             header_read_timeout: flags.header_read_timeout,
             max_connections: flags.max_connections as usize,
             shutdown_grace_period: flags.shutdown_grace_period,
+            metrics,
         })
     }
 }
@@ -168,12 +207,39 @@ fn default_node_name() -> Result<String, String> {
     Ok(name)
 }
 
-fn authorizers(flags: &ProxyFlags) -> Result<AuthorizerChain, ConfigError> {
+/// The API server client for TokenReview and SubjectAccessReview, from `--kubeconfig` or the
+/// in-cluster service account.
+async fn api_server_client(
+    flags: &ProxyFlags,
+    metrics: Arc<Metrics>,
+) -> Result<ApiServerClient, ConfigError> {
+    ApiServerClient::new(
+        flags.kubeconfig.as_deref(),
+        flags.apiserver_request_timeout,
+        metrics,
+    )
+    .await
+    .map_err(|e| match &flags.kubeconfig {
+        Some(path) => file_error("--kubeconfig", path, e.to_string()),
+        None => flag_error(
+            "--kubeconfig",
+            format!(
+                "{e}; the API server is needed by --authentication-token-webhook and --authorization-mode=Webhook"
+            ),
+        ),
+    })
+}
+
+fn authorizers(
+    flags: &ProxyFlags,
+    api_server: Option<&ApiServerClient>,
+    metrics: &Arc<Metrics>,
+) -> Result<AuthorizerChain, ConfigError> {
     const FLAG: &str = "--authorization-mode";
     if flags.authorization_mode.is_empty() {
         return Err(flag_error(
             FLAG,
-            "no authorization mode specified (one or more of AlwaysAllow, AlwaysDeny, Node, Policy)",
+            "no authorization mode specified (one or more of AlwaysAllow, AlwaysDeny, Node, Policy, Webhook)",
         ));
     }
     let mut chain = Vec::with_capacity(flags.authorization_mode.len());
@@ -205,6 +271,17 @@ fn authorizers(flags: &ProxyFlags) -> Result<AuthorizerChain, ConfigError> {
                     "loaded local policy"
                 );
                 Authorizer::Policy(Arc::new(policy))
+            }
+            AuthorizationMode::Webhook => {
+                let client = api_server.ok_or_else(|| {
+                    flag_error(FLAG, "Webhook needs the API server client (--kubeconfig)")
+                })?;
+                Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
+                    client.clone(),
+                    flags.authorization_webhook_cache_authorized_ttl,
+                    flags.authorization_webhook_cache_unauthorized_ttl,
+                    Arc::clone(metrics),
+                )))
             }
         });
     }

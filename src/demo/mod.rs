@@ -204,7 +204,7 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
     )
     .map_err(|e| DemoError::Request(e.to_string()))?
     .flags;
-    let proxy = crate::start(Config::load(&flags)?).await?;
+    let proxy = crate::start(Config::load(&flags).await?).await?;
 
     println!("kubelet-auth-proxy demo");
     println!(

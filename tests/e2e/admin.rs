@@ -92,7 +92,7 @@ async fn health_readiness_and_request_metrics() {
             requests,
             &[
                 ("code", "200"),
-                ("decision", "Allowed"),
+                ("decision", "allowed"),
                 ("subresource", "pods")
             ]
         ),
@@ -105,7 +105,7 @@ async fn health_readiness_and_request_metrics() {
             requests,
             &[
                 ("code", "200"),
-                ("decision", "Allowed"),
+                ("decision", "allowed"),
                 ("subresource", "stats")
             ]
         ),
@@ -116,7 +116,7 @@ async fn health_readiness_and_request_metrics() {
         total(
             &text,
             requests,
-            &[("code", "401"), ("decision", "Unauthenticated")]
+            &[("code", "401"), ("decision", "unauthenticated")]
         ),
         3.0,
         "{text}"
@@ -125,7 +125,7 @@ async fn health_readiness_and_request_metrics() {
         total(
             &text,
             requests,
-            &[("code", "301"), ("decision", "Redirected")]
+            &[("code", "301"), ("decision", "redirected")]
         ),
         1.0,
         "{text}"
@@ -137,7 +137,7 @@ async fn health_readiness_and_request_metrics() {
         total(
             &text,
             &format!("{latency}_count"),
-            &[("decision", "Allowed")]
+            &[("decision", "allowed")]
         ),
         3.0,
         "{text}"
@@ -146,7 +146,7 @@ async fn health_readiness_and_request_metrics() {
         total(
             &text,
             &format!("{latency}_bucket"),
-            &[("decision", "Unauthenticated"), ("le", "+Inf")]
+            &[("decision", "unauthenticated"), ("le", "+Inf")]
         ),
         3.0,
         "{text}"

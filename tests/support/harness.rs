@@ -165,7 +165,9 @@ impl ProxySpec {
         args.extend(self.args);
 
         let flags = parse_flags(&args).unwrap_or_else(|e| panic!("flags {args:?}: {e}"));
-        let config = Config::load(&flags).unwrap_or_else(|e| panic!("config {args:?}: {e}"));
+        let config = Config::load(&flags)
+            .await
+            .unwrap_or_else(|e| panic!("config {args:?}: {e}"));
         let proxy = within("starting the proxy", kubelet_auth_proxy::start(config))
             .await
             .unwrap();

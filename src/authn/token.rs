@@ -1,0 +1,331 @@
+//! Bearer-token authentication with TokenReview, as the kubelet's `--authentication-token-webhook`
+//! (reference §3, §4): the token comes from `Authorization: Bearer …` or, on WebSocket handshakes,
+//! from a `base64url.bearer.authorization.k8s.io.` subprotocol; the answer is cached for the
+//! configured TTL under an HMAC of token and audiences (never the token itself), and concurrent
+//! reviews of the same token are coalesced into one call.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::header::{AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+use http::{HeaderMap, Version};
+use k8s_openapi::api::authentication::v1::TokenReviewSpec;
+
+use super::User;
+use crate::apiserver::{ApiCallError, ApiServerClient};
+use crate::cache::{KeyHasher, ReviewCache, random_hmac_key};
+use crate::metrics::{Metrics, ReviewKind};
+
+/// The subprotocol prefix Kubernetes clients use to send a bearer token on a WebSocket handshake.
+pub const WEBSOCKET_TOKEN_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+/// Most tokens kept in the cache; the least recently used go first.
+const MAX_CACHED_TOKENS: u64 = 16_384;
+
+/// A token found in a request, or why the request's token is unusable.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Presented<'a> {
+    /// No token in this place; the next authenticator is tried.
+    Nothing,
+    /// A token to review.
+    Token(std::borrow::Cow<'a, str>),
+    /// A malformed token: an error, so never anonymous.
+    Invalid(&'static str),
+}
+
+/// The `Authorization` header's bearer token, parsed as Kubernetes' `bearertoken` authenticator:
+/// trimmed, split on single spaces into at most three parts, scheme compared case-insensitively,
+/// token = second part; an empty second part (`Bearer  x`) or another scheme is no token.
+pub fn bearer_token(headers: &HeaderMap) -> Presented<'_> {
+    let Some(value) = headers.get(AUTHORIZATION) else {
+        return Presented::Nothing;
+    };
+    let Ok(value) = value.to_str() else {
+        return Presented::Invalid("invalid bearer token");
+    };
+    let mut parts = value.trim().splitn(3, ' ');
+    match (parts.next(), parts.next()) {
+        (Some(scheme), Some(token))
+            if scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() =>
+        {
+            Presented::Token(token.into())
+        }
+        _ => Presented::Nothing,
+    }
+}
+
+/// The token of a WebSocket handshake's `Sec-WebSocket-Protocol`, parsed as Kubernetes'
+/// `websocket` authenticator: only on WebSocket upgrade requests; the entry after the prefix is
+/// unpadded base64url of a UTF-8 token; two token entries, or a token with no other subprotocol
+/// to answer with, are errors.
+pub fn websocket_token(version: Version, headers: &HeaderMap) -> Presented<'static> {
+    if !is_websocket_upgrade(version, headers) {
+        return Presented::Nothing;
+    }
+    let mut token = None;
+    let mut others = 0;
+    let entries = headers
+        .get_all(SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty());
+    for entry in entries {
+        let Some(encoded) = entry.strip_prefix(WEBSOCKET_TOKEN_PREFIX) else {
+            others += 1;
+            continue;
+        };
+        if token.is_some() {
+            return Presented::Invalid("multiple base64.bearer.authorization tokens specified");
+        }
+        let Ok(decoded) = URL_SAFE_NO_PAD.decode(encoded) else {
+            return Presented::Invalid("invalid bearer token");
+        };
+        let Ok(decoded) = String::from_utf8(decoded) else {
+            return Presented::Invalid("invalid bearer token");
+        };
+        token = Some(decoded);
+    }
+    match token {
+        Some(token) if token.is_empty() => Presented::Nothing,
+        Some(_) if others == 0 => Presented::Invalid("missing additional subprotocol"),
+        Some(token) => Presented::Token(token.into()),
+        None => Presented::Nothing,
+    }
+}
+
+/// Go's `wsstream.IsWebSocketRequest`: `Connection` names `upgrade` and `Upgrade` is `websocket`.
+fn is_websocket_upgrade(version: Version, headers: &HeaderMap) -> bool {
+    let connection_upgrade = headers
+        .get_all(CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    version == Version::HTTP_11
+        && connection_upgrade
+        && headers
+            .get(UPGRADE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
+}
+
+/// A TokenReview answer as cached: the user, or `None` for "not authenticated" without error.
+type Reviewed = Option<Arc<User>>;
+
+/// The outcome of checking one token.
+#[derive(Debug, Clone)]
+pub enum TokenOutcome {
+    /// The token belongs to this user.
+    User(Arc<User>),
+    /// The token was reviewed and rejected, or could not be reviewed: an error, so a 401 even
+    /// with anonymous access on. The text is for logs and never contains the token.
+    Failed(String),
+}
+
+/// Reviews bearer tokens with the API server, through a bounded, coalescing cache.
+pub struct TokenReviewAuthenticator {
+    client: ApiServerClient,
+    audiences: Vec<String>,
+    cache: ReviewCache<Reviewed>,
+    key: ring::hmac::Key,
+}
+
+impl std::fmt::Debug for TokenReviewAuthenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenReviewAuthenticator")
+            .field("audiences", &self.audiences)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The system's randomness failed when the cache key was made.
+#[derive(Debug, thiserror::Error)]
+#[error("no system randomness for the token cache key")]
+pub struct NoRandomness;
+
+impl TokenReviewAuthenticator {
+    /// `ttl` applies to users and to plain rejections alike (`--authentication-token-webhook-cache-ttl`);
+    /// `audiences` are sent in every review and must intersect the answer's.
+    pub fn new(
+        client: ApiServerClient,
+        audiences: Vec<String>,
+        ttl: Duration,
+        metrics: Arc<Metrics>,
+    ) -> Result<TokenReviewAuthenticator, NoRandomness> {
+        Ok(TokenReviewAuthenticator {
+            client,
+            audiences,
+            cache: ReviewCache::new(
+                ReviewKind::TokenReview,
+                MAX_CACHED_TOKENS,
+                move |_| ttl,
+                metrics,
+            ),
+            key: random_hmac_key().map_err(|_| NoRandomness)?,
+        })
+    }
+
+    /// Checks `token`: from the cache, or with one TokenReview shared by every concurrent check of
+    /// the same token.
+    pub async fn authenticate(&self, token: &str) -> TokenOutcome {
+        let mut key = KeyHasher::hmac(&self.key);
+        key.field(token.as_bytes()).count(self.audiences.len());
+        for audience in &self.audiences {
+            key.field(audience.as_bytes());
+        }
+        let reviewed = self
+            .cache
+            .get_or_review(key.finish(), self.review(token))
+            .await;
+        match reviewed {
+            Ok(Some(user)) => TokenOutcome::User(user),
+            Ok(None) => TokenOutcome::Failed("invalid bearer token".into()),
+            Err(e) => TokenOutcome::Failed(e.to_string()),
+        }
+    }
+
+    /// One TokenReview, turned into a cacheable answer (user or plain rejection) or an error
+    /// (never cached): the call failed, or the API server rejected the token with an error text.
+    async fn review(&self, token: &str) -> Result<Reviewed, ReviewError> {
+        let spec = TokenReviewSpec {
+            token: token.to_owned(),
+            audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
+        };
+        let status = self.client.token_review(spec).await?;
+        if status.authenticated != Some(true) {
+            return match status.error.filter(|e| !e.is_empty()) {
+                Some(error) => Err(ReviewError::Rejected(error)),
+                None => Ok(None),
+            };
+        }
+        if !self.audiences.is_empty() {
+            let answered = status.audiences.unwrap_or_default();
+            if !answered.iter().any(|a| self.audiences.contains(a)) {
+                return Ok(None);
+            }
+        }
+        let info = status.user.unwrap_or_default();
+        let mut user = User {
+            name: info.username.unwrap_or_default(),
+            uid: info.uid.unwrap_or_default(),
+            groups: info.groups.unwrap_or_default(),
+            extra: info
+                .extra
+                .unwrap_or_default()
+                .into_iter()
+                .collect::<BTreeMap<_, _>>(),
+        };
+        if user.name.is_empty() {
+            return Err(ReviewError::Rejected(
+                "TokenReview returned no user name".into(),
+            ));
+        }
+        user.add_authenticated_group();
+        Ok(Some(Arc::new(user)))
+    }
+}
+
+/// Why a review gave no cacheable answer.
+#[derive(Debug, thiserror::Error)]
+enum ReviewError {
+    /// The call failed.
+    #[error(transparent)]
+    Call(#[from] ApiCallError),
+    /// The API server said the token is not valid and why (the text is the API server's).
+    #[error("token rejected: {0}")]
+    Rejected(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(*name, HeaderValue::from_str(value).unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn bearer_header_forms() {
+        let token = |v: &str| match bearer_token(&headers(&[("authorization", v)])) {
+            Presented::Token(t) => Presented::Token(t.into_owned().into()),
+            Presented::Nothing => Presented::Nothing,
+            Presented::Invalid(r) => Presented::Invalid(r),
+        };
+        assert_eq!(token("Bearer abc"), Presented::Token("abc".into()));
+        assert_eq!(token("bearer abc"), Presented::Token("abc".into()));
+        assert_eq!(token("  BEARER abc  "), Presented::Token("abc".into()));
+        assert_eq!(token("Bearer abc extra"), Presented::Token("abc".into()));
+        assert_eq!(
+            token("Bearer  abc"),
+            Presented::Nothing,
+            "double space: empty token"
+        );
+        assert_eq!(token("Bearer"), Presented::Nothing);
+        assert_eq!(token("Basic dXNlcjpwYXNz"), Presented::Nothing);
+        assert_eq!(bearer_token(&HeaderMap::new()), Presented::Nothing);
+    }
+
+    fn ws(protocols: &str) -> Presented<'static> {
+        websocket_token(
+            Version::HTTP_11,
+            &headers(&[
+                ("connection", "Upgrade"),
+                ("upgrade", "websocket"),
+                ("sec-websocket-protocol", protocols),
+            ]),
+        )
+    }
+
+    #[test]
+    fn websocket_protocol_forms() {
+        let encoded = URL_SAFE_NO_PAD.encode("tok-en");
+        assert_eq!(
+            ws(&format!(
+                "{WEBSOCKET_TOKEN_PREFIX}{encoded}, v4.channel.k8s.io"
+            )),
+            Presented::Token("tok-en".into())
+        );
+        assert_eq!(
+            ws(&format!("{WEBSOCKET_TOKEN_PREFIX}{encoded}")),
+            Presented::Invalid("missing additional subprotocol")
+        );
+        assert_eq!(
+            ws(&format!(
+                "{WEBSOCKET_TOKEN_PREFIX}{encoded},{WEBSOCKET_TOKEN_PREFIX}{encoded},v4.channel.k8s.io"
+            )),
+            Presented::Invalid("multiple base64.bearer.authorization tokens specified")
+        );
+        assert_eq!(
+            ws(&format!(
+                "{WEBSOCKET_TOKEN_PREFIX}not*base64, v4.channel.k8s.io"
+            )),
+            Presented::Invalid("invalid bearer token")
+        );
+        let not_utf8 = URL_SAFE_NO_PAD.encode([0xff, 0xfe]);
+        assert_eq!(
+            ws(&format!(
+                "{WEBSOCKET_TOKEN_PREFIX}{not_utf8}, v4.channel.k8s.io"
+            )),
+            Presented::Invalid("invalid bearer token")
+        );
+        assert_eq!(ws("v4.channel.k8s.io"), Presented::Nothing);
+        // Not a WebSocket handshake: the header is ignored.
+        let plain = headers(&[(
+            "sec-websocket-protocol",
+            &format!("{WEBSOCKET_TOKEN_PREFIX}{encoded}, v4.channel.k8s.io"),
+        )]);
+        assert_eq!(
+            websocket_token(Version::HTTP_11, &plain),
+            Presented::Nothing
+        );
+    }
+}

@@ -1,0 +1,232 @@
+//! The `Webhook` mode: SubjectAccessReview with the API server, exactly as the kubelet asks
+//! (reference §5: the request body, the decision table, the 5 m / 30 s cache, the retries), plus
+//! coalescing of concurrent identical reviews, which the kubelet lacks.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReviewSpec};
+
+use super::{API_VERSION, Attributes, AuthorizationError, Decision, RESOURCE, Reason};
+use crate::apiserver::ApiServerClient;
+use crate::cache::{KeyHasher, ReviewCache};
+use crate::metrics::{Metrics, ReviewKind};
+
+/// The kubelet's SubjectAccessReview cache size.
+const MAX_CACHED_DECISIONS: u64 = 8192;
+/// Requests whose attributes add up to this many bytes are not cached (the kubelet's DoS guard;
+/// the path counts although it is not sent).
+const MAX_CACHEABLE_ATTRIBUTE_BYTES: usize = 10_000;
+
+/// Asks the API server whether a user may do something on this node, through a bounded,
+/// coalescing cache.
+pub struct SubjectAccessReviewAuthorizer {
+    client: ApiServerClient,
+    cache: ReviewCache<Decision>,
+}
+
+impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubjectAccessReviewAuthorizer")
+            .finish_non_exhaustive()
+    }
+}
+
+impl SubjectAccessReviewAuthorizer {
+    /// `authorized_ttl` keeps allowed answers, `unauthorized_ttl` denied and no-opinion ones
+    /// (`--authorization-webhook-cache-authorized-ttl` / `-unauthorized-ttl`).
+    pub fn new(
+        client: ApiServerClient,
+        authorized_ttl: Duration,
+        unauthorized_ttl: Duration,
+        metrics: Arc<Metrics>,
+    ) -> SubjectAccessReviewAuthorizer {
+        let ttl = move |decision: &Decision| match decision {
+            Decision::Allow(_) => authorized_ttl,
+            Decision::Deny(_) | Decision::NoOpinion(_) => unauthorized_ttl,
+        };
+        SubjectAccessReviewAuthorizer {
+            client,
+            cache: ReviewCache::new(
+                ReviewKind::SubjectAccessReview,
+                MAX_CACHED_DECISIONS,
+                ttl,
+                metrics,
+            ),
+        }
+    }
+
+    /// The API server's decision on `attrs`. A review that fails after its retries, or an answer
+    /// both allowed and denied, is an error (the kubelet answers 500).
+    pub async fn authorize(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
+        let attribute_bytes = attrs.verb.len()
+            + API_VERSION.len()
+            + RESOURCE.len()
+            + attrs.subresource.len()
+            + attrs.name.len()
+            + attrs.path.len();
+        if attribute_bytes >= MAX_CACHEABLE_ATTRIBUTE_BYTES {
+            return self.review(attrs).await;
+        }
+        self.cache
+            .get_or_review(cache_key(attrs), self.review(attrs))
+            .await
+            .map_err(|shared| (*shared).clone())
+    }
+
+    async fn review(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
+        let status = self
+            .client
+            .subject_access_review(review_spec(attrs))
+            .await
+            .map_err(|e| AuthorizationError::Webhook(e.to_string()))?;
+        let reason = || Reason::Shared(Arc::from(status.reason.as_deref().unwrap_or_default()));
+        match (status.allowed, status.denied == Some(true)) {
+            (true, true) => Err(AuthorizationError::Webhook(
+                "SubjectAccessReview answered both allowed and denied".into(),
+            )),
+            (true, false) => Ok(Decision::Allow(reason())),
+            (false, true) => Ok(Decision::Deny(reason())),
+            (false, false) => Ok(Decision::NoOpinion(reason())),
+        }
+    }
+}
+
+/// The spec the kubelet sends (reference §5.1): empty verb, namespace and group omitted, version
+/// `v1`, resource `nodes`, the subresource and node name; the user's name, uid, groups and extra
+/// as authenticated (empty ones omitted, as Go's `omitempty` does).
+pub fn review_spec(attrs: &Attributes<'_>) -> SubjectAccessReviewSpec {
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    let user = attrs.user;
+    SubjectAccessReviewSpec {
+        resource_attributes: Some(ResourceAttributes {
+            verb: non_empty(attrs.verb),
+            version: Some(API_VERSION.to_owned()),
+            resource: Some(RESOURCE.to_owned()),
+            subresource: non_empty(attrs.subresource),
+            name: non_empty(attrs.name),
+            ..ResourceAttributes::default()
+        }),
+        user: non_empty(&user.name),
+        uid: non_empty(&user.uid),
+        groups: (!user.groups.is_empty()).then(|| user.groups.clone()),
+        extra: (!user.extra.is_empty()).then(|| {
+            user.extra
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        }),
+        ..SubjectAccessReviewSpec::default()
+    }
+}
+
+/// Everything the spec is made of, so equal keys mean equal reviews: any difference in verb,
+/// subresource, name, user, uid, group order or extra is a different entry, as in the kubelet.
+fn cache_key(attrs: &Attributes<'_>) -> crate::cache::CacheKey {
+    let user = attrs.user;
+    let mut key = KeyHasher::sha256();
+    key.field(attrs.verb.as_bytes())
+        .field(attrs.subresource.as_bytes())
+        .field(attrs.name.as_bytes())
+        .field(user.name.as_bytes())
+        .field(user.uid.as_bytes())
+        .count(user.groups.len());
+    for group in &user.groups {
+        key.field(group.as_bytes());
+    }
+    key.count(user.extra.len());
+    for (name, values) in &user.extra {
+        key.field(name.as_bytes()).count(values.len());
+        for value in values {
+            key.field(value.as_bytes());
+        }
+    }
+    key.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authn::User;
+    use std::collections::BTreeMap;
+
+    fn attrs<'a>(user: &'a User, verb: &'a str, subresource: &'a str) -> Attributes<'a> {
+        Attributes {
+            user,
+            verb,
+            subresource,
+            name: "worker-1",
+            path: "/pods",
+        }
+    }
+
+    #[test]
+    fn spec_is_the_kubelets() {
+        let user = User {
+            name: "system:serviceaccount:monitoring:agent".into(),
+            uid: "8d3c".into(),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                "system:authenticated".into(),
+            ],
+            extra: BTreeMap::from([(
+                "authentication.kubernetes.io/pod-name".into(),
+                vec!["agent-x7k2p".into()],
+            )]),
+        };
+        let json = serde_json::to_value(review_spec(&attrs(&user, "get", "pods"))).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "resourceAttributes": {
+                    "verb": "get", "version": "v1", "resource": "nodes",
+                    "subresource": "pods", "name": "worker-1"
+                },
+                "user": "system:serviceaccount:monitoring:agent",
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "extra": {"authentication.kubernetes.io/pod-name": ["agent-x7k2p"]},
+                "uid": "8d3c"
+            })
+        );
+        let anonymous = User::anonymous();
+        let json = serde_json::to_value(review_spec(&attrs(&anonymous, "", "healthz"))).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "resourceAttributes": {
+                    "version": "v1", "resource": "nodes", "subresource": "healthz", "name": "worker-1"
+                },
+                "user": "system:anonymous",
+                "groups": ["system:unauthenticated"]
+            })
+        );
+    }
+
+    #[test]
+    fn keys_differ_on_every_field_of_the_spec() {
+        let base = User {
+            name: "alice".into(),
+            uid: "u".into(),
+            groups: vec!["a".into(), "b".into()],
+            extra: BTreeMap::from([("k".into(), vec!["v".into()])]),
+        };
+        let key = |u: &User, verb, sub| cache_key(&attrs(u, verb, sub));
+        let reference = key(&base, "get", "pods");
+        assert_eq!(reference, key(&base.clone(), "get", "pods"));
+        let mut swapped = base.clone();
+        swapped.groups.reverse();
+        let mut other_uid = base.clone();
+        other_uid.uid = "v".into();
+        let mut other_extra = base.clone();
+        other_extra.extra.insert("k".into(), vec!["w".into()]);
+        for (what, other) in [
+            ("verb", key(&base, "create", "pods")),
+            ("subresource", key(&base, "get", "proxy")),
+            ("group order", key(&swapped, "get", "pods")),
+            ("uid", key(&other_uid, "get", "pods")),
+            ("extra", key(&other_extra, "get", "pods")),
+        ] {
+            assert_ne!(reference, other, "{what} must change the key");
+        }
+    }
+}
