@@ -38,7 +38,7 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct CheckConfigArgs {
     #[command(flatten)]
-    flags: ProxyFlags,
+    flags: Box<ProxyFlags>,
 }
 
 /// Prints a clap error as one line (help and version go to stdout as usual) and gives the status.

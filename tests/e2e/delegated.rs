@@ -940,7 +940,6 @@ async fn token_review_connection_refused_is_one_attempt_t5() {
 /// (`kube::Config::default_retry`), which retries 429/503/504 up to 15 times inside each of the
 /// proxy's attempts, so five 429s never reach the proxy's own retry loop.
 #[tokio::test]
-#[ignore = "library bug: kube's default retry layer (Config::default_retry) retries 429 inside each attempt"]
 async fn token_review_gives_up_after_five_429s_t6() {
     let api = ApiServer::start().await;
     api.add_token("tok-bob", TokenUser::new("bob"));
@@ -959,7 +958,6 @@ async fn token_review_gives_up_after_five_429s_t6() {
 /// A 503 without `Retry-After` is final (§4.3 "Not retried"). Blocked by the same hidden kube
 /// retry layer as T6.
 #[tokio::test]
-#[ignore = "library bug: kube's default retry layer (Config::default_retry) retries 503 without Retry-After"]
 async fn service_unavailable_without_retry_after_is_final() {
     let api = ApiServer::start().await;
     api.add_token("tok-bob", TokenUser::new("bob"));
