@@ -335,3 +335,155 @@ fn is_dns_subdomain(name: &str) -> bool {
         && edge(name.chars().next())
         && edge(name.chars().last())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(name: &str, text: &str) -> Result<Vec<AuthorizerSpec>, String> {
+        let dir = std::env::temp_dir().join(format!("kap-authz-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("webhook.kubeconfig");
+        std::fs::write(&kubeconfig, "apiVersion: v1\nkind: Config\n").unwrap();
+        let path = dir.join("authz.yaml");
+        std::fs::write(
+            &path,
+            text.replace("KUBECONFIG", kubeconfig.to_str().unwrap()),
+        )
+        .unwrap();
+        let result = load(&path).map_err(|e| e.to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }
+
+    const HEAD: &str = "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\n";
+    const WEBHOOK: &str = "  - type: Webhook\n    name: webhook\n    webhook:\n      timeout: 3s\n      \
+         subjectAccessReviewVersion: v1\n      failurePolicy: Deny\n      \
+         connectionInfo: {type: KubeConfigFile, kubeConfigFile: KUBECONFIG}\n";
+
+    #[test]
+    fn a_full_chain_loads() {
+        let text = format!(
+            "{HEAD}authorizers:\n  - {{type: Node, name: node}}\n  - type: Policy\n    name: local\n    \
+             policy: {{files: [policy.yaml]}}\n{WEBHOOK}  - {{type: AlwaysDeny, name: deny}}\n"
+        );
+        let specs = load_text("full", &text).unwrap();
+        assert_eq!(specs.len(), 4);
+        assert_eq!(specs[0], AuthorizerSpec::Node);
+        assert!(
+            matches!(&specs[1], AuthorizerSpec::Policy(files) if files[0].ends_with("policy.yaml"))
+        );
+        match &specs[2] {
+            AuthorizerSpec::Webhook(w) => {
+                assert_eq!(w.timeout, Duration::from_secs(3));
+                assert_eq!(w.authorized_ttl, Duration::from_secs(300), "default 5m");
+                assert_eq!(w.unauthorized_ttl, Duration::from_secs(30), "default 30s");
+                assert_eq!(w.failure_policy, FailurePolicy::Deny);
+                assert!(w.kubeconfig.is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+        let no_cache = text.replace(
+            "      timeout: 3s\n",
+            "      timeout: 3s\n      cacheAuthorizedRequests: false\n      unauthorizedTTL: 1m\n",
+        );
+        match &load_text("nocache", &no_cache).unwrap()[2] {
+            AuthorizerSpec::Webhook(w) => {
+                assert_eq!(w.authorized_ttl, Duration::ZERO);
+                assert_eq!(w.unauthorized_ttl, Duration::from_secs(60));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn invalid_configurations_name_the_problem() {
+        let webhook =
+            |from: &str, to: &str| format!("{HEAD}authorizers:\n{}", WEBHOOK.replace(from, to));
+        let cases = [
+            (
+                format!("{HEAD}authorizers: []\n"),
+                "at least one authorizer",
+            ),
+            (webhook("timeout: 3s", "timeout: 31s"), "at most 30s"),
+            (
+                webhook("      timeout: 3s\n", ""),
+                "webhook.timeout is required",
+            ),
+            (
+                webhook("failurePolicy: Deny", "failurePolicy: Allow"),
+                "failurePolicy \"Allow\"",
+            ),
+            (
+                webhook(
+                    "subjectAccessReviewVersion: v1",
+                    "subjectAccessReviewVersion: v1beta1",
+                ),
+                "v1beta1 is not supported",
+            ),
+            (
+                webhook(
+                    "failurePolicy: Deny",
+                    "failurePolicy: Deny\n      matchConditions: [{expression: \"has(request.resourceAttributes)\"}]",
+                ),
+                "expression \"has(request.resourceAttributes)\" cannot be evaluated",
+            ),
+            (
+                webhook(
+                    "kubeConfigFile: KUBECONFIG",
+                    "kubeConfigFile: relative.yaml",
+                ),
+                "must be an absolute path",
+            ),
+            (
+                webhook(
+                    "type: KubeConfigFile, kubeConfigFile: KUBECONFIG",
+                    "type: InClusterConfig",
+                ),
+                "",
+            ),
+            (
+                webhook("timeout: 3s", "timeot: 3s"),
+                "unknown field `timeot`",
+            ),
+            (webhook("name: webhook", "name: Web_hook"), "DNS-1123"),
+            (
+                format!("{HEAD}authorizers:\n  - {{type: RBAC, name: rbac}}\n"),
+                "type RBAC is the API server's",
+            ),
+            (
+                format!(
+                    "{HEAD}authorizers:\n  - {{type: Node, name: a}}\n  - {{type: Node, name: b}}\n"
+                ),
+                "may appear only once",
+            ),
+            (
+                format!(
+                    "{HEAD}authorizers:\n  - {{type: Node, name: a}}\n  - {{type: AlwaysAllow, name: a}}\n"
+                ),
+                "name is used",
+            ),
+            (
+                format!("{HEAD}authorizers:\n  - {{type: Policy, name: p}}\n"),
+                "policy.files is required",
+            ),
+            (
+                "apiVersion: v1\nkind: AuthorizationConfiguration\nauthorizers: []\n".to_owned(),
+                "apiVersion \"v1\"",
+            ),
+        ];
+        for (i, (text, expected)) in cases.iter().enumerate() {
+            let result = load_text(&format!("case{i}"), text);
+            if expected.is_empty() {
+                assert!(result.is_ok(), "case {i}: {result:?}");
+                continue;
+            }
+            let err = result.expect_err(&format!("case {i} should fail"));
+            assert!(err.contains("--authorization-config"), "{err}");
+            assert!(
+                err.contains(expected),
+                "case {i}: {err:?} lacks {expected:?}"
+            );
+        }
+    }
+}

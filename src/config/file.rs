@@ -561,3 +561,249 @@ pub fn expand(
     expanded.extend_from_slice(&args[insert_at.min(args.len())..]);
     Ok(Some(expanded))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::flags::ProxyFlags;
+    use clap::{Args, FromArgMatches};
+
+    fn command() -> Command {
+        ProxyFlags::augment_args(Command::new("kubelet-auth-proxy"))
+    }
+
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(name: &str) -> TempDir {
+            let dir =
+                std::env::temp_dir().join(format!("kap-config-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+
+        fn write(&self, name: &str, text: &str) -> PathBuf {
+            let path = self.0.join(name);
+            std::fs::write(&path, text).unwrap();
+            path
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Parses `args` as the binary does: expand the files, parse again.
+    fn parse(args: &[&str]) -> Result<ProxyFlags, String> {
+        let args: Vec<OsString> = std::iter::once("kubelet-auth-proxy")
+            .chain(args.iter().copied())
+            .map(OsString::from)
+            .collect();
+        let cmd = command();
+        let matches = cmd
+            .clone()
+            .try_get_matches_from(&args)
+            .map_err(|e| e.to_string())?;
+        let matches = match expand(&cmd, &matches, &args, 1).map_err(|e| e.to_string())? {
+            Some(expanded) => cmd
+                .try_get_matches_from(expanded)
+                .map_err(|e| e.to_string())?,
+            None => matches,
+        };
+        ProxyFlags::from_arg_matches(&matches).map_err(|e| e.to_string())
+    }
+
+    const HEADER: &str = "apiVersion: kubelet-auth-proxy/v1alpha1\nkind: ProxyConfiguration\n";
+
+    #[test]
+    fn every_flag_is_a_camel_case_field_and_flags_win() {
+        let dir = TempDir::new("fields");
+        let path = dir.write(
+            "proxy.yaml",
+            &format!(
+                "{HEADER}upstream: https://127.0.0.1:10250\nupstreamCaFile: ca.crt\nnodeName: from-file\n\
+                 anonymousAuth: true\nmaxConnections: 7\nheaderReadTimeout: 3s\n\
+                 authorizationMode: [Node, Policy]\nauthorizationPolicyFile: [a.yaml, /abs/b.yaml]\n\
+                 tlsCipherSuites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256]\nv: 2\n"
+            ),
+        );
+        let config = path.to_str().unwrap();
+        let flags = parse(&["--config", config]).unwrap();
+        assert_eq!(flags.upstream.as_deref(), Some("https://127.0.0.1:10250"));
+        assert_eq!(
+            flags.upstream_ca_file,
+            Some(dir.0.join("ca.crt")),
+            "relative to the file"
+        );
+        assert_eq!(flags.node_name.as_deref(), Some("from-file"));
+        assert!(flags.anonymous_auth);
+        assert_eq!(flags.max_connections, 7);
+        assert_eq!(flags.header_read_timeout, std::time::Duration::from_secs(3));
+        assert_eq!(flags.authorization_mode.len(), 2);
+        assert_eq!(
+            flags.authorization_policy_file,
+            vec![dir.0.join("a.yaml"), PathBuf::from("/abs/b.yaml")]
+        );
+        assert_eq!(flags.tls_cipher_suites.len(), 1);
+        assert_eq!(flags.verbosity, 2);
+
+        let overridden = parse(&[
+            "--config",
+            config,
+            "--node-name=from-flag",
+            "--anonymous-auth=false",
+            "--authorization-policy-file=c.yaml",
+        ])
+        .unwrap();
+        assert_eq!(overridden.node_name.as_deref(), Some("from-flag"));
+        assert!(!overridden.anonymous_auth);
+        assert_eq!(
+            overridden.authorization_policy_file,
+            vec![PathBuf::from("c.yaml")],
+            "a repeatable flag on the command line replaces the file's list"
+        );
+    }
+
+    #[test]
+    fn config_file_errors_name_the_file_and_field() {
+        let dir = TempDir::new("errors");
+        let cases = [
+            (format!("{HEADER}nodeNam: x\n"), "unknown field \"nodeNam\""),
+            (
+                format!("{HEADER}config: other.yaml\n"),
+                "unknown field \"config\"",
+            ),
+            (
+                format!("{HEADER}nodeName: [a, b]\n"),
+                "nodeName: expected a single value",
+            ),
+            (
+                format!("{HEADER}nodeName: {{a: b}}\n"),
+                "nodeName: expected a string",
+            ),
+            (
+                "apiVersion: v1\nkind: ProxyConfiguration\n".to_owned(),
+                "apiVersion \"v1\"",
+            ),
+            (
+                "apiVersion: kubelet-auth-proxy/v1alpha1\nkind: Foo\n".to_owned(),
+                "kind \"Foo\"",
+            ),
+            (
+                "kind: ProxyConfiguration\n".to_owned(),
+                "apiVersion is missing",
+            ),
+            ("- a\n".to_owned(), "expected a mapping"),
+            ("a: [\n".to_owned(), "not valid YAML"),
+        ];
+        for (i, (text, expected)) in cases.iter().enumerate() {
+            let path = dir.write(&format!("bad{i}.yaml"), text);
+            let err = parse(&["--config", path.to_str().unwrap()]).unwrap_err();
+            assert!(
+                err.contains("--config") && err.contains(&format!("bad{i}.yaml")),
+                "{err}"
+            );
+            assert!(
+                err.contains(expected),
+                "case {i}: {err:?} lacks {expected:?}"
+            );
+        }
+        let err = parse(&["--config", "/nonexistent/proxy.yaml"]).unwrap_err();
+        assert!(err.contains("cannot read"), "{err}");
+    }
+
+    #[test]
+    fn kubelet_configuration_defaults_and_overrides() {
+        let dir = TempDir::new("kubelet");
+        let path = dir.write(
+            "kubelet.yaml",
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             address: 127.0.0.1\ncgroupDriver: systemd\nfeatureGates: {A: true}\n\
+             authentication:\n  x509: {clientCAFile: pki/ca.crt}\n  webhook: {cacheTTL: 0s}\n\
+             authorization:\n  webhook: {cacheAuthorizedTTL: 1m}\n\
+             tlsCertFile: /pki/kubelet.crt\ntlsPrivateKeyFile: /pki/kubelet.key\n\
+             tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
+        );
+        let kubelet = path.to_str().unwrap();
+        let flags = parse(&["--kubelet-config", kubelet]).unwrap();
+        // v1beta1 config-file defaults: anonymous off, token webhook on, mode Webhook.
+        assert!(!flags.anonymous_auth);
+        assert!(flags.authentication_token_webhook);
+        assert_eq!(
+            flags.authorization_mode,
+            vec![crate::config::flags::AuthorizationMode::Webhook]
+        );
+        assert_eq!(
+            flags.authentication_token_webhook_cache_ttl,
+            std::time::Duration::from_secs(120),
+            "a zero duration means the default"
+        );
+        assert_eq!(
+            flags.authorization_webhook_cache_authorized_ttl,
+            std::time::Duration::from_secs(60)
+        );
+        assert_eq!(flags.client_ca_file, Some(dir.0.join("pki/ca.crt")));
+        assert_eq!(flags.tls_cert_file, Some(PathBuf::from("/pki/kubelet.crt")));
+        assert_eq!(flags.tls_min_version, "VersionTLS13");
+
+        // --config beats the KubeletConfiguration, and flags beat both.
+        let config = dir.write(
+            "proxy.yaml",
+            &format!("{HEADER}anonymousAuth: true\ntlsMinVersion: VersionTLS12\n"),
+        );
+        let flags = parse(&[
+            "--kubelet-config",
+            kubelet,
+            "--config",
+            config.to_str().unwrap(),
+            "--authentication-token-webhook=false",
+        ])
+        .unwrap();
+        assert!(flags.anonymous_auth);
+        assert_eq!(flags.tls_min_version, "VersionTLS12");
+        assert!(!flags.authentication_token_webhook);
+    }
+
+    #[test]
+    fn kubelet_configuration_errors() {
+        let dir = TempDir::new("kubelet-errors");
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        let cases = [
+            (
+                format!("{head}cgroupDrivr: systemd\n"),
+                "unknown field \"cgroupDrivr\"",
+            ),
+            (
+                format!("{head}authentication:\n  webhook: {{enable: true}}\n"),
+                "authentication: unknown field `enable`",
+            ),
+            (
+                format!("{head}authorization: {{mode: RBAC}}\n"),
+                "unknown authorization mode \"RBAC\"",
+            ),
+            (
+                format!("{head}authentication:\n  webhook: {{cacheTTL: 2x}}\n"),
+                "authentication.webhook.cacheTTL",
+            ),
+            (
+                format!("{head}tlsCipherSuites: TLS_AES_128_GCM_SHA256\n"),
+                "tlsCipherSuites must be a list",
+            ),
+            (
+                "apiVersion: kubelet.config.k8s.io/v1\nkind: KubeletConfiguration\n".to_owned(),
+                "apiVersion",
+            ),
+        ];
+        for (i, (text, expected)) in cases.iter().enumerate() {
+            let path = dir.write(&format!("k{i}.yaml"), text);
+            let err = parse(&["--kubelet-config", path.to_str().unwrap()]).unwrap_err();
+            assert!(err.contains("--kubelet-config"), "{err}");
+            assert!(
+                err.contains(expected),
+                "case {i}: {err:?} lacks {expected:?}"
+            );
+        }
+    }
+}
