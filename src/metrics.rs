@@ -134,6 +134,34 @@ pub struct CacheLabels {
     pub result: CacheResult,
 }
 
+/// The outcome of reloading a file-backed setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReloadResult {
+    /// The new version is in force.
+    Applied,
+    /// The new version could not be used; the previous one stays in force.
+    Failed,
+}
+
+impl EncodeLabelValue for ReloadResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let value = match self {
+            ReloadResult::Applied => "applied",
+            ReloadResult::Failed => "failed",
+        };
+        EncodeLabelValue::encode(&value, encoder)
+    }
+}
+
+/// Labels of reloads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// What was reloaded: `serving_certificate`, `client_ca` or `policy`.
+    pub target: &'static str,
+    /// Whether the new version is in force.
+    pub result: ReloadResult,
+}
+
 fn latency_histogram() -> Histogram {
     Histogram::new([
         0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -152,6 +180,7 @@ pub struct Metrics {
     api_calls: Family<ApiCallLabels, Counter>,
     api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
     cache_lookups: Family<CacheLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -208,6 +237,12 @@ impl Metrics {
             "Token and authorization cache lookups: hit, miss (called the API server) or coalesced (waited for a call already in flight)",
             cache_lookups.clone(),
         );
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Reloads of the serving certificate, client CA and policy files after they changed on disk",
+            reloads.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -217,6 +252,7 @@ impl Metrics {
             api_calls,
             api_latency,
             cache_lookups,
+            reloads,
         }
     }
 
@@ -242,6 +278,13 @@ impl Metrics {
     pub fn observe_cache(&self, cache: ReviewKind, result: CacheResult) {
         self.cache_lookups
             .get_or_create(&CacheLabels { cache, result })
+            .inc();
+    }
+
+    /// Records a reload after a file change.
+    pub fn observe_reload(&self, target: &'static str, result: ReloadResult) {
+        self.reloads
+            .get_or_create(&ReloadLabels { target, result })
             .inc();
     }
 

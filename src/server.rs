@@ -37,6 +37,7 @@ use crate::canonical_path::{PathCheck, check_path};
 use crate::config::Config;
 use crate::metrics::{Metrics, Outcome, RequestLabels};
 use crate::proxy::Forwarder;
+use crate::reload::Reloadable;
 use crate::responses::{self, ResponseBody};
 
 /// What every request handler shares, read-only.
@@ -107,7 +108,12 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
     http.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(250);
-    let acceptor = TlsAcceptor::from(Arc::clone(&config.server_tls));
+    let serving_tls = Arc::clone(&config.server_tls);
+    tokio::spawn(crate::reload::watch_files(
+        config.reload_targets,
+        Arc::clone(&metrics),
+        shutdown_rx.clone(),
+    ));
     let pipeline = Arc::new(Pipeline {
         authenticator: config.authenticator,
         authorizers: config.authorizers,
@@ -119,7 +125,7 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
     info!(%addr, %admin_addr, "serving the kubelet API");
     let server = tokio::spawn(accept_loop(
         listener,
-        acceptor,
+        serving_tls,
         Arc::new(http),
         pipeline,
         limits,
@@ -142,7 +148,7 @@ struct Limits {
 
 async fn accept_loop(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
     http: Arc<auto::Builder<TokioExecutor>>,
     pipeline: Arc<Pipeline>,
     limits: Limits,
@@ -173,7 +179,9 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
         };
         let pipeline = Arc::clone(&pipeline);
-        let acceptor = acceptor.clone();
+        // The configuration in force when the connection arrives: a rotated certificate is used
+        // by new connections while open ones keep theirs.
+        let acceptor = TlsAcceptor::from(serving_tls.current_arc());
         let http = Arc::clone(&http);
         let watcher = graceful.watcher();
         let handshake_timeout = limits.handshake_timeout;

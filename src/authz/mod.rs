@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::authn::User;
+use crate::reload::Reloadable;
 use attributes::KubeletAttributes;
 use node::NodeAuthorizer;
 use policy::PolicyAuthorizer;
@@ -82,7 +83,6 @@ pub enum AuthorizationError {
 }
 
 /// One authorizer of the chain. A closed set: an enum is simpler and faster than trait objects.
-#[derive(Debug)]
 pub enum Authorizer {
     /// Allows everything.
     AlwaysAllow,
@@ -90,8 +90,8 @@ pub enum Authorizer {
     AlwaysDeny,
     /// Node identities only on their own node.
     Node(NodeAuthorizer),
-    /// Local RBAC rules.
-    Policy(Arc<PolicyAuthorizer>),
+    /// Local RBAC rules, reloaded when their files change.
+    Policy(Arc<Reloadable<PolicyAuthorizer>>),
     /// SubjectAccessReview with the API server.
     Webhook(Arc<SubjectAccessReviewAuthorizer>),
 }
@@ -121,14 +121,13 @@ impl Authorizer {
                 Decision::NoOpinion(Reason::Static("Everything is forbidden."))
             }
             Authorizer::Node(node) => node.authorize(attrs),
-            Authorizer::Policy(policy) => policy.authorize(attrs),
+            Authorizer::Policy(policy) => policy.current().authorize(attrs),
             Authorizer::Webhook(webhook) => return webhook.authorize(attrs).await,
         })
     }
 }
 
 /// Authorizers asked in order; the first `Allow` or `Deny` wins (union semantics).
-#[derive(Debug)]
 pub struct AuthorizerChain {
     authorizers: Vec<Authorizer>,
 }
@@ -314,8 +313,11 @@ subjects: [{kind: User, name: alice}]
 
     #[test]
     fn the_loop_falls_back_to_proxy_and_reports_which_subresource_allowed() {
-        let policy = PolicyAuthorizer::from_sources(&[("p.yaml".into(), PROXY_ONLY.into())])
-            .expect("policy loads");
+        let policy = Reloadable::load("policy", Vec::new(), |_| {
+            PolicyAuthorizer::from_sources(&[("p.yaml".into(), PROXY_ONLY.into())])
+                .map_err(|e| e.to_string())
+        })
+        .expect("policy loads");
         let chain = AuthorizerChain::new(vec![Authorizer::Policy(Arc::new(policy))]);
         let alice = user("alice", &[]);
         match decide(&chain, &alice, Method::GET, "/pods") {

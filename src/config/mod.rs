@@ -26,6 +26,7 @@ use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
 use crate::metrics::Metrics;
 use crate::proxy::{ForwardOptions, Forwarder, UpstreamTarget};
+use crate::reload::{ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
 use authorization::{AuthorizerSpec, FailurePolicy, WebhookSpec};
 use flags::{AuthorizationMode, ProxyFlags};
@@ -74,8 +75,9 @@ pub struct Config {
     pub listen_address: SocketAddr,
     /// Where /healthz, /readyz and /metrics are served.
     pub admin_listen_address: SocketAddr,
-    /// Serving TLS, client certificates requested when x509 authentication is on.
-    pub server_tls: Arc<rustls::ServerConfig>,
+    /// Serving TLS, client certificates requested when x509 authentication is on; rebuilt when
+    /// the certificate, key or client CA files change.
+    pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
     /// Who is calling.
     pub authenticator: Authenticator,
     /// May they do it.
@@ -94,6 +96,8 @@ pub struct Config {
     pub shutdown_grace_period: Duration,
     /// The metrics every part records into.
     pub metrics: Arc<Metrics>,
+    /// What to rebuild when files change, in dependency order.
+    pub reload_targets: Vec<Arc<dyn ReloadTarget>>,
 }
 
 impl Config {
@@ -127,10 +131,9 @@ impl Config {
             .tls_private_key_file
             .as_deref()
             .ok_or_else(|| flag_error("--tls-private-key-file", "required"))?;
-        let cert_chain =
-            tls::read_certs(cert_path).map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
-        let key = tls::read_key(key_path)
-            .map_err(|e| file_error("--tls-private-key-file", key_path, e))?;
+        // Read once here for precise errors; the reloadable rebuilds from the same files.
+        tls::read_certs(cert_path).map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
+        tls::read_key(key_path).map_err(|e| file_error("--tls-private-key-file", key_path, e))?;
         let min_version = ciphers::parse_min_version(&flags.tls_min_version)
             .map_err(|e| flag_error("--tls-min-version", e))?;
         let cipher_suites = ciphers::select_suites(&flags.tls_cipher_suites)
@@ -139,23 +142,30 @@ impl Config {
             tracing::warn!("--tls-cipher-suites has no effect with --tls-min-version=VersionTLS13");
         }
 
+        let mut reload_targets: Vec<Arc<dyn ReloadTarget>> = Vec::new();
         let client_ca = match &flags.client_ca_file {
             Some(path) => {
-                Some(Arc::new(ClientCa::from_pem_file(path).map_err(|e| {
-                    file_error("--client-ca-file", path, e.to_string())
-                })?))
+                let ca = Reloadable::load("client_ca", vec![path.clone()], |paths| {
+                    ClientCa::from_pem_file(&paths[0]).map_err(|e| e.to_string())
+                })
+                .map_err(|e| file_error("--client-ca-file", path, e))?;
+                let ca = Arc::new(ca);
+                reload_targets.push(ca.clone());
+                Some(ca)
             }
             None => None,
         };
-        let hints = client_ca.as_ref().map(|ca| ca.hint_subjects());
-        let server_tls = tls::server_config(ServerTls {
-            cert_chain,
-            key,
-            min_version,
-            cipher_suites,
-            client_ca_hints: hints.as_deref(),
-        })
-        .map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
+        let server_tls = Arc::new(
+            serving_tls(
+                cert_path,
+                key_path,
+                min_version,
+                cipher_suites,
+                client_ca.clone(),
+            )
+            .map_err(|e| file_error("--tls-cert-file", cert_path, e))?,
+        );
+        reload_targets.push(server_tls.clone());
         let tokens = match token_client {
             Some(client) => Some(Arc::new(
                 TokenReviewAuthenticator::new(
@@ -186,7 +196,14 @@ impl Config {
             admin_listen_address: flags.admin_listen_address,
             server_tls,
             authenticator,
-            authorizers: build_authorizers(flags, specs, &mut clients, &metrics).await?,
+            authorizers: build_authorizers(
+                flags,
+                specs,
+                &mut clients,
+                &metrics,
+                &mut reload_targets,
+            )
+            .await?,
             mapping: AttributeMapping {
                 fine_grained: flags.fine_grained_authz,
                 exec_requires_create: flags.exec_requires_create,
@@ -198,6 +215,7 @@ impl Config {
             max_connections: flags.max_connections as usize,
             shutdown_grace_period: flags.shutdown_grace_period,
             metrics,
+            reload_targets,
         })
     }
 }
@@ -320,11 +338,40 @@ fn authorizer_specs(flags: &ProxyFlags) -> Result<Vec<AuthorizerSpec>, ConfigErr
     Ok(specs)
 }
 
+/// The serving configuration, rebuilt from the certificate, key and (for the advertised CA
+/// names) client CA files.
+fn serving_tls(
+    cert_path: &Path,
+    key_path: &Path,
+    min_version: ciphers::MinVersion,
+    cipher_suites: Vec<rustls::SupportedCipherSuite>,
+    client_ca: Option<Arc<Reloadable<ClientCa>>>,
+) -> Result<Reloadable<rustls::ServerConfig>, String> {
+    let mut paths = vec![cert_path.to_owned(), key_path.to_owned()];
+    if let Some(ca) = &client_ca {
+        paths.extend(ca.paths().iter().cloned());
+    }
+    Reloadable::load("serving_certificate", paths, move |paths| {
+        let cert_chain =
+            tls::read_certs(&paths[0]).map_err(|e| format!("{}: {e}", paths[0].display()))?;
+        let key = tls::read_key(&paths[1]).map_err(|e| format!("{}: {e}", paths[1].display()))?;
+        let hints = client_ca.as_ref().map(|ca| ca.current().hint_subjects());
+        tls::server_config(ServerTls {
+            cert_chain,
+            key,
+            min_version,
+            cipher_suites: cipher_suites.clone(),
+            client_ca_hints: hints.as_deref(),
+        })
+    })
+}
+
 async fn build_authorizers(
     flags: &ProxyFlags,
     specs: Vec<AuthorizerSpec>,
     clients: &mut ApiServerClients,
     metrics: &Arc<Metrics>,
+    reload_targets: &mut Vec<Arc<dyn ReloadTarget>>,
 ) -> Result<AuthorizerChain, ConfigError> {
     let mut chain = Vec::with_capacity(specs.len());
     for spec in specs {
@@ -338,16 +385,20 @@ async fn build_authorizers(
                 } else {
                     "--authorization-policy-file"
                 };
-                let policy =
-                    PolicyAuthorizer::load(&files).map_err(|e| flag_error(flag, e.to_string()))?;
-                let stats = policy.stats();
+                let policy = Reloadable::load("policy", files, |paths| {
+                    PolicyAuthorizer::load(paths).map_err(|e| e.to_string())
+                })
+                .map_err(|e| flag_error(flag, e))?;
+                let stats = policy.current().stats();
                 tracing::info!(
                     cluster_roles = stats.cluster_roles,
                     cluster_role_bindings = stats.cluster_role_bindings,
                     rules = stats.rules,
                     "loaded local policy"
                 );
-                Authorizer::Policy(Arc::new(policy))
+                let policy = Arc::new(policy);
+                reload_targets.push(policy.clone());
+                Authorizer::Policy(policy)
             }
             AuthorizerSpec::Webhook(webhook) => {
                 let client = clients
