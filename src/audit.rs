@@ -307,7 +307,6 @@ fn reason_text(reason: &Reason) -> &str {
 }
 
 /// A UTC calendar time, split from a `SystemTime` without any date library.
-#[derive(Debug, PartialEq, Eq)]
 struct CivilTime {
     year: i64,
     month: u32,
