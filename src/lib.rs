@@ -23,6 +23,7 @@
 
 pub mod admin;
 pub mod apiserver;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod cache;
