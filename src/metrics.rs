@@ -181,6 +181,7 @@ pub struct Metrics {
     api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
     cache_lookups: Family<CacheLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
+    audit_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -243,6 +244,12 @@ impl Metrics {
             "Reloads of the serving certificate, client CA and policy files after they changed on disk",
             reloads.clone(),
         );
+        let audit_dropped = Counter::default();
+        registry.register(
+            "audit_events_dropped",
+            "Audit events not written: the writer fell behind (queue full) or writing failed",
+            audit_dropped.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -253,6 +260,7 @@ impl Metrics {
             api_latency,
             cache_lookups,
             reloads,
+            audit_dropped,
         }
     }
 
@@ -286,6 +294,11 @@ impl Metrics {
         self.reloads
             .get_or_create(&ReloadLabels { target, result })
             .inc();
+    }
+
+    /// The counter of dropped audit events, handed to the audit log.
+    pub fn audit_dropped(&self) -> Counter {
+        self.audit_dropped.clone()
     }
 
     /// The open-connections gauge, incremented and decremented by the accept loop.

@@ -193,6 +193,28 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration, help_heading = "API server")]
     pub apiserver_request_timeout: Duration,
 
+    /// Write an audit.k8s.io/v1 Event (level Metadata) per request to this file; `-` for stdout.
+    #[arg(long, value_name = "FILE", help_heading = "Operations")]
+    pub audit_log_path: Option<PathBuf>,
+
+    /// Rotate the audit log when it reaches this many megabytes; 0 never rotates.
+    #[arg(
+        long,
+        value_name = "MB",
+        default_value_t = 0,
+        help_heading = "Operations"
+    )]
+    pub audit_log_maxsize: u64,
+
+    /// Keep at most this many rotated audit log files; 0 keeps them all.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Operations"
+    )]
+    pub audit_log_maxbackup: u32,
+
     /// The proxy's configuration file (kind ProxyConfiguration): every flag as a camelCase field.
     /// Flags given on the command line override it.
     #[arg(long, value_name = "FILE", help_heading = "Operations")]

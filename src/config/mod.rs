@@ -16,6 +16,7 @@ use http::uri::{Authority, Uri};
 use rustls::pki_types::ServerName;
 
 use crate::apiserver::ApiServerClient;
+use crate::audit::{AuditLog, AuditTarget, Rotation};
 use crate::authn::Authenticator;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::{ClientCa, X509Authenticator};
@@ -98,6 +99,8 @@ pub struct Config {
     pub metrics: Arc<Metrics>,
     /// What to rebuild when files change, in dependency order.
     pub reload_targets: Vec<Arc<dyn ReloadTarget>>,
+    /// Where audit events go, if anywhere.
+    pub audit: Option<AuditLog>,
 }
 
 impl Config {
@@ -214,10 +217,28 @@ impl Config {
             header_read_timeout: flags.header_read_timeout,
             max_connections: flags.max_connections as usize,
             shutdown_grace_period: flags.shutdown_grace_period,
+            audit: audit_log(flags, &metrics)?,
             metrics,
             reload_targets,
         })
     }
+}
+
+/// Opens `--audit-log-path` (creating the file), so that a bad path stops the start-up.
+fn audit_log(flags: &ProxyFlags, metrics: &Metrics) -> Result<Option<AuditLog>, ConfigError> {
+    let Some(path) = &flags.audit_log_path else {
+        return Ok(None);
+    };
+    AuditLog::open(
+        AuditTarget::from_flag(path.clone()),
+        Rotation {
+            max_size_mb: flags.audit_log_maxsize,
+            max_backups: flags.audit_log_maxbackup,
+        },
+        metrics.audit_dropped(),
+    )
+    .map(Some)
+    .map_err(|e| file_error("--audit-log-path", path, format!("cannot open: {e}")))
 }
 
 /// The kubelet's default node name: the hostname, lowercased.
