@@ -176,6 +176,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<DecisionLabels, Histogram, fn() -> Histogram>,
     connections: Gauge,
+    streams: Gauge,
     handshake_failures: Counter,
     api_calls: Family<ApiCallLabels, Counter>,
     api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
@@ -212,6 +213,12 @@ impl Metrics {
             "connections_open",
             "Client connections currently open",
             connections.clone(),
+        );
+        let streams = Gauge::default();
+        registry.register(
+            "upgraded_streams_open",
+            "exec, attach and portForward sessions currently spliced to the kubelet",
+            streams.clone(),
         );
         let handshake_failures = Counter::default();
         registry.register(
@@ -255,6 +262,7 @@ impl Metrics {
             requests,
             latency,
             connections,
+            streams,
             handshake_failures,
             api_calls,
             api_latency,
@@ -304,6 +312,11 @@ impl Metrics {
     /// The open-connections gauge, incremented and decremented by the accept loop.
     pub fn connections(&self) -> &Gauge {
         &self.connections
+    }
+
+    /// The open upgraded-streams gauge.
+    pub fn streams(&self) -> &Gauge {
+        &self.streams
     }
 
     /// Counts a failed or timed-out TLS handshake.

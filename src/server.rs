@@ -56,6 +56,9 @@ struct Pipeline {
     forwarder: Forwarder,
     metrics: Arc<Metrics>,
     audit: Option<AuditLog>,
+    /// Upgraded streams (exec, attach, portForward) still open. hyper's graceful shutdown stops
+    /// tracking a connection once it is upgraded, so shutdown waits on this count as well.
+    open_streams: watch::Sender<usize>,
 }
 
 /// The response header that names a request's audit event, as kube-apiserver sets it.
@@ -138,6 +141,7 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
         forwarder: config.forwarder,
         metrics,
         audit: config.audit.clone(),
+        open_streams: watch::channel(0).0,
     });
     info!(%addr, %admin_addr, "serving the kubelet API");
     let server = tokio::spawn(accept_loop(
@@ -221,13 +225,18 @@ async fn accept_loop(
         });
     }
     drop(listener);
-    if tokio::time::timeout(limits.grace_period, graceful.shutdown())
+    let mut open_streams = pipeline.open_streams.subscribe();
+    let drained = async {
+        graceful.shutdown().await;
+        let _ = open_streams.wait_for(|open| *open == 0).await;
+    };
+    if tokio::time::timeout(limits.grace_period, drained)
         .await
         .is_err()
     {
         warn!(
             grace_period = ?limits.grace_period,
-            "connections still open after the shutdown grace period; closing them"
+            "requests or streams still open after the shutdown grace period; closing them"
         );
     }
 }
@@ -358,10 +367,25 @@ impl Pipeline {
             },
             started.elapsed(),
         );
+        if let Some(stream) = handled.response.extensions().get::<StreamEnded>() {
+            self.track(stream.clone());
+        }
         if let (Some(audit), Some(start)) = (&self.audit, audit_start) {
             self.record(audit, start, peer, &mut handled);
         }
         handled.response
+    }
+
+    /// Counts an upgraded stream as open until it ends.
+    fn track(&self, stream: StreamEnded) {
+        self.open_streams.send_modify(|n| *n += 1);
+        self.metrics.streams().inc();
+        let (open_streams, metrics) = (self.open_streams.clone(), Arc::clone(&self.metrics));
+        tokio::spawn(async move {
+            stream.wait().await;
+            open_streams.send_modify(|n| *n -= 1);
+            metrics.streams().dec();
+        });
     }
 
     /// Records the request's audit event; for an upgraded stream, one now (`ResponseStarted`)
