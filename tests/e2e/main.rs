@@ -11,6 +11,7 @@ mod cli;
 mod delegated;
 mod forwarding;
 mod paths;
+mod reload;
 mod tls_front;
 mod upgrades;
 mod x509;

@@ -218,6 +218,13 @@ impl Client {
                 .connect(ServerName::from(self.addr.ip()), tcp)
                 .await?;
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+            let peer_certificate = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| leaf.clone().into_owned())
+                .ok_or("the server presented no certificate")?;
             let io = TokioIo::new(tls);
             let sender = if h2 {
                 let (sender, conn) = http2::handshake(TokioExecutor::new(), io).await?;
@@ -231,6 +238,7 @@ impl Client {
             Ok(Connection {
                 sender,
                 authority: self.addr.to_string(),
+                peer_certificate,
             })
         })
         .await
@@ -279,9 +287,15 @@ enum Sender {
 pub struct Connection {
     sender: Sender,
     authority: String,
+    peer_certificate: CertificateDer<'static>,
 }
 
 impl Connection {
+    /// The leaf certificate the server presented in this connection's handshake.
+    pub fn peer_certificate(&self) -> &CertificateDer<'static> {
+        &self.peer_certificate
+    }
+
     /// The HTTP version ALPN chose.
     pub fn version(&self) -> Version {
         match self.sender {

@@ -14,7 +14,9 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
 use super::client::{Client, Identity, Reply, plain_get};
+use super::metrics;
 use super::pki::{Authority, CertSpec, Issued};
+use super::volume::Volume;
 use super::{TempDir, within};
 
 /// The Node name every scenario's proxy guards.
@@ -58,17 +60,24 @@ pub struct ProxySpec {
     args: Vec<String>,
     policy: Option<String>,
     client_ca: bool,
+    /// Further CAs (PEM) in the client CA bundle, after the test CA.
+    extra_client_cas: Vec<String>,
+    /// Whether the serving certificate and key live in a Kubernetes-style volume.
+    serving_volume: bool,
     kubeconfig: Option<PathBuf>,
 }
 
 impl ProxySpec {
-    /// An HTTPS upstream, x509 client authentication with the test CA, and these extra flags.
+    /// An HTTPS upstream, x509 client authentication with the test CA, and these extra flags. A
+    /// flag given here replaces the harness's own setting of it (e.g. `--shutdown-grace-period`).
     pub fn new(args: &[&str]) -> ProxySpec {
         ProxySpec {
             upstream: Upstream::Https,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             policy: None,
             client_ca: true,
+            extra_client_cas: Vec::new(),
+            serving_volume: false,
             kubeconfig: None,
         }
     }
@@ -82,6 +91,19 @@ impl ProxySpec {
     /// Writes `yaml` to a file and passes it as `--authorization-policy-file`.
     pub fn policy(mut self, yaml: &str) -> ProxySpec {
         self.policy = Some(yaml.to_owned());
+        self
+    }
+
+    /// Adds `pem` (a CA certificate) to the client CA bundle, after the test CA.
+    pub fn also_trust(mut self, pem: String) -> ProxySpec {
+        self.extra_client_cas.push(pem);
+        self
+    }
+
+    /// Serves the certificate and key from a Kubernetes-style volume (`tls.crt` and `tls.key`
+    /// through the `..data` symlink), as a mounted Secret; see [`Harness::serving_volume`].
+    pub fn serving_volume(mut self) -> ProxySpec {
+        self.serving_volume = true;
         self
     }
 
@@ -111,16 +133,26 @@ impl ProxySpec {
         )
         .await;
 
+        let volume = self.serving_volume.then(|| {
+            Volume::create(
+                dir.path().join("serving"),
+                &[
+                    ("tls.crt", serving.chain_pem()),
+                    ("tls.key", serving.key_pem()),
+                ],
+            )
+        });
+        let (cert_file, key_file) = match &volume {
+            Some(volume) => (volume.file("tls.crt"), volume.file("tls.key")),
+            None => (
+                dir.write("serving.crt", serving.chain_pem()),
+                dir.write("serving.key", serving.key_pem()),
+            ),
+        };
         let mut args = vec![
             format!("--upstream={}", upstream_url(self.upstream, &kubelet)),
-            format!(
-                "--tls-cert-file={}",
-                dir.write("serving.crt", serving.chain_pem()).display()
-            ),
-            format!(
-                "--tls-private-key-file={}",
-                dir.write("serving.key", serving.key_pem()).display()
-            ),
+            format!("--tls-cert-file={}", cert_file.display()),
+            format!("--tls-private-key-file={}", key_file.display()),
             "--listen-address=127.0.0.1:0".to_owned(),
             "--admin-listen-address=127.0.0.1:0".to_owned(),
             format!("--node-name={NODE_NAME}"),
@@ -128,7 +160,13 @@ impl ProxySpec {
         ];
         let ca_file = dir.write("ca.crt", ca.pem());
         if self.client_ca {
-            args.push(format!("--client-ca-file={}", ca_file.display()));
+            let bundle = std::iter::once(ca.pem())
+                .chain(self.extra_client_cas)
+                .collect::<String>();
+            args.push(format!(
+                "--client-ca-file={}",
+                dir.write(CLIENT_CA_FILE, bundle).display()
+            ));
         }
         if matches!(
             self.upstream,
@@ -156,12 +194,14 @@ impl ProxySpec {
         if let Some(policy) = &self.policy {
             args.push(format!(
                 "--authorization-policy-file={}",
-                dir.write("policy.yaml", policy).display()
+                dir.write(POLICY_FILE, policy).display()
             ));
         }
         if let Some(kubeconfig) = &self.kubeconfig {
             args.push(format!("--kubeconfig={}", kubeconfig.display()));
         }
+        let flag_name = |arg: &str| arg.split('=').next().unwrap_or_default().to_owned();
+        args.retain(|arg| !self.args.iter().any(|a| flag_name(a) == flag_name(arg)));
         args.extend(self.args);
 
         let flags = parse_flags(&args).unwrap_or_else(|e| panic!("flags {args:?}: {e}"));
@@ -177,6 +217,10 @@ impl ProxySpec {
             proxy,
             kubelet: Some(kubelet),
             upstream: self.upstream,
+            serving,
+            cert_file,
+            key_file,
+            volume,
         }
     }
 }
@@ -243,7 +287,16 @@ pub struct Harness {
     proxy: RunningProxy,
     kubelet: Option<StandInKubelet>,
     upstream: Upstream,
+    serving: Issued,
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    volume: Option<Volume>,
 }
+
+/// The client CA bundle's file name in [`Harness::dir`].
+const CLIENT_CA_FILE: &str = "client-ca.crt";
+/// The policy file's name in [`Harness::dir`].
+const POLICY_FILE: &str = "policy.yaml";
 
 impl Harness {
     /// The proxy's kubelet API address.
@@ -277,6 +330,44 @@ impl Harness {
     /// `GET path` on the admin listener.
     pub async fn admin_get(&self, path: &str) -> Reply {
         plain_get(self.admin_addr(), path).await
+    }
+
+    /// The sum of the samples of `metric` on `/metrics` whose labels include all of `labels`.
+    pub async fn metric(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
+        let exposition = self.admin_get("/metrics").await;
+        metrics::total(&exposition.text(), metric, labels)
+    }
+
+    /// The serving certificate the proxy was started with.
+    pub fn serving(&self) -> &Issued {
+        &self.serving
+    }
+
+    /// `--tls-cert-file` (inside the volume, with [`ProxySpec::serving_volume`]).
+    pub fn serving_cert_file(&self) -> &Path {
+        &self.cert_file
+    }
+
+    /// `--tls-private-key-file` (inside the volume, with [`ProxySpec::serving_volume`]).
+    pub fn serving_key_file(&self) -> &Path {
+        &self.key_file
+    }
+
+    /// The volume holding `tls.crt` and `tls.key`, with [`ProxySpec::serving_volume`].
+    pub fn serving_volume(&mut self) -> &mut Volume {
+        self.volume
+            .as_mut()
+            .expect("started with ProxySpec::serving_volume")
+    }
+
+    /// `--client-ca-file`.
+    pub fn client_ca_file(&self) -> PathBuf {
+        self.dir.path().join(CLIENT_CA_FILE)
+    }
+
+    /// `--authorization-policy-file`, with [`ProxySpec::policy`].
+    pub fn policy_file(&self) -> PathBuf {
+        self.dir.path().join(POLICY_FILE)
     }
 
     /// Stops the stand-in kubelet (its unix socket disappears).

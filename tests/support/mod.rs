@@ -1,12 +1,18 @@
 //! Helpers shared by the end-to-end scenarios: certificates made on the fly ([`pki`]), a TLS HTTP
 //! client that can present any chain with any key ([`client`]), and a harness that starts the
 //! stand-in kubelet and the real proxy on loopback from a real command line ([`harness`]), and a
-//! stand-in API server answering TokenReviews and SubjectAccessReviews ([`apiserver`]).
+//! stand-in API server answering TokenReviews and SubjectAccessReviews ([`apiserver`]). For the
+//! operations scenarios: background traffic ([`load`]), the binary as a process ([`process`]),
+//! Kubernetes-style volumes ([`volume`]) and `/metrics` parsing ([`metrics`]).
 
 pub mod apiserver;
 pub mod client;
 pub mod harness;
+pub mod load;
+pub mod metrics;
 pub mod pki;
+pub mod process;
+pub mod volume;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -22,6 +28,29 @@ pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
     match tokio::time::timeout(STEP_TIMEOUT, future).await {
         Ok(output) => output,
         Err(_) => panic!("timed out after {STEP_TIMEOUT:?}: {what}"),
+    }
+}
+
+/// How long a scenario waits for an effect that follows a change it made (a file reloaded, a
+/// readiness change): the effect is polled for, never slept for.
+pub const POLL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Calls `check` every 20 ms until it returns `Some`, for at most [`POLL_TIMEOUT`], panicking
+/// with `what` when it never does.
+pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + POLL_TIMEOUT;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("not within {POLL_TIMEOUT:?}: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 

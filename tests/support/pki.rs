@@ -12,6 +12,7 @@ use rcgen::{
     Issuer, KeyPair, KeyUsagePurpose, SigningKey, date_time_ymd,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// The subject attribute Kubernetes reads a user's UID from (`AllowParsingUserUIDFromCertAuth`).
 pub const UID_OID: &[u64] = &[1, 3, 6, 1, 4, 1, 57683, 2];
@@ -71,6 +72,12 @@ impl CertSpec {
             names: vec!["127.0.0.1".into(), "localhost".into()],
             ..CertSpec::client("kubelet-auth-proxy-e2e")
         }
+    }
+
+    /// Sets the common name (e.g. to tell two serving certificates apart).
+    pub fn common_name(mut self, common_name: &str) -> CertSpec {
+        self.common_name = Some(common_name.to_owned());
+        self
     }
 
     /// Leaves the common name out of the subject entirely.
@@ -268,6 +275,22 @@ pub fn sha256_hex(der: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The common name of a certificate's subject ("" when it has none).
+pub fn common_name_of(der: &[u8]) -> String {
+    let (_, cert) = X509Certificate::from_der(der).unwrap();
+    cert.subject()
+        .iter_common_name()
+        .next()
+        .map(|cn| cn.as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// A certificate's serial number, in hex.
+pub fn serial_of(der: &[u8]) -> String {
+    let (_, cert) = X509Certificate::from_der(der).unwrap();
+    cert.raw_serial_as_string()
 }
 
 /// Swaps the subject (the sixth field of TBSCertificate, after version, serial, signature

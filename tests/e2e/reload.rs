@@ -1,0 +1,401 @@
+//! Hot reload under live traffic. While a background load runs (long-lived HTTP/2 and HTTP/1.1
+//! connections, and a new connection per request), the serving certificate is rotated (written in
+//! place, and swapped as a Kubernetes volume), the client CA bundle is replaced, and the policy
+//! changes; broken files keep the previous version in force. Every change must be picked up
+//! without a restart, and no request of the load may fail.
+
+use http::StatusCode;
+
+use crate::support::client::{
+    ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,
+};
+use crate::support::eventually;
+use crate::support::harness::{Harness, ProxySpec, Subject, grant};
+use crate::support::load::Load;
+use crate::support::pki::{Authority, CertSpec, Issued, common_name_of, serial_of};
+
+const RELOADS: &str = "kubelet_auth_proxy_config_reloads_total";
+/// PEM markers around something that is not base64 of a certificate.
+const GARBAGE_PEM: &str =
+    "-----BEGIN CERTIFICATE-----\nthis is not a certificate!\n-----END CERTIFICATE-----\n";
+
+/// Starts the background load: `loader` (a certificate of the test CA) reading `/pods`.
+fn start_load(h: &Harness) -> Load {
+    let loader = h.ca.issue(&CertSpec::client("loader"));
+    Load::start(
+        h.ca.cert(),
+        h.addr(),
+        &Identity::of(&loader),
+        "/pods",
+        "PodList",
+    )
+}
+
+/// `kubelet_auth_proxy_config_reloads_total{target, result}`.
+async fn reloads(h: &Harness, target: &str, result: &str) -> f64 {
+    h.metric(RELOADS, &[("target", target), ("result", result)])
+        .await
+}
+
+/// Waits until the failed-reload counter of `target` is past `before`.
+async fn failed_reload(h: &Harness, target: &str, before: f64) {
+    eventually(&format!("a failed {target} reload is counted"), || async {
+        (reloads(h, target, "failed").await > before).then_some(())
+    })
+    .await;
+}
+
+/// `GET path` on an open connection.
+async fn get_on(conn: &mut Connection, path: &str) -> Reply {
+    let response = conn
+        .send(request("GET", path).body(empty()).unwrap())
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} on an open connection: {e}"));
+    Reply::read(response).await.unwrap()
+}
+
+/// A client of `ca`'s certificate for `name` speaking `alpn`, trusting the proxy's CA.
+fn client_of(h: &Harness, ca: &Authority, name: &str, alpn: &[&[u8]]) -> Client {
+    let cert = ca.issue(&CertSpec::client(name));
+    Client::configured(h.ca.cert(), h.addr(), Identity::of(&cert), alpn, ANY_TLS)
+}
+
+/// Waits until new connections are served `expected`, and checks it by subject and serial.
+async fn wait_for_serving(client: &Client, expected: &Issued, common_name: &str) {
+    let leaf = expected.leaf();
+    let served = eventually(
+        &format!("new connections are served {common_name}"),
+        || async move {
+            let conn = client.connect().await.unwrap();
+            (conn.peer_certificate() == leaf).then(|| conn.peer_certificate().clone())
+        },
+    )
+    .await;
+    assert_eq!(common_name_of(&served), common_name);
+    assert_eq!(serial_of(&served), serial_of(leaf));
+}
+
+#[tokio::test]
+async fn a_serving_certificate_rewritten_in_place_is_served_to_new_connections() {
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .start()
+        .await;
+    let load = start_load(&h);
+    load.advance(20).await;
+    let alice = h.user("alice", &[]);
+    let mut opened_before = alice.connect().await.unwrap();
+    assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
+    assert_eq!(
+        common_name_of(opened_before.peer_certificate()),
+        "kubelet-auth-proxy-e2e"
+    );
+
+    // As an operator or cert-manager rotates it: the key, then the certificate, in place.
+    let rotated =
+        h.ca.issue(&CertSpec::server().common_name("rotated-in-place"));
+    std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
+    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
+    wait_for_serving(&alice, &rotated, "rotated-in-place").await;
+    assert_ne!(serial_of(rotated.leaf()), serial_of(h.serving().leaf()));
+
+    // The connection opened before the rotation keeps working on its own handshake.
+    let reply = get_on(&mut opened_before, "/pods").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
+    assert!(reloads(&h, "serving_certificate", "applied").await >= 1.0);
+
+    load.advance(20).await;
+    load.stop()
+        .await
+        .assert_no_failures("serving certificate rewritten in place");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_serving_certificate_swapped_in_a_kubernetes_volume_is_served_to_new_connections() {
+    let mut h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .serving_volume()
+        .start()
+        .await;
+    let load = start_load(&h);
+    load.advance(20).await;
+    let alice = h.user("alice", &[]);
+    let mut opened_before = alice.connect().await.unwrap();
+    assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
+
+    // Twice: the second swap proves the watch survives the removal of the first directory.
+    for name in ["secret-version-2", "secret-version-3"] {
+        let rotated = h.ca.issue(&CertSpec::server().common_name(name));
+        let files = [
+            ("tls.crt", rotated.chain_pem()),
+            ("tls.key", rotated.key_pem()),
+        ];
+        h.serving_volume().update(&files);
+        wait_for_serving(&alice, &rotated, name).await;
+        let reply = get_on(&mut opened_before, "/pods").await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+        load.advance(20).await;
+    }
+    assert!(
+        std::fs::symlink_metadata(h.serving_cert_file())
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the flag names the volume's symlink"
+    );
+    assert!(reloads(&h, "serving_certificate", "applied").await >= 2.0);
+    load.stop()
+        .await
+        .assert_no_failures("serving certificate swapped in a volume");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_replaced_client_ca_admits_the_new_ca_and_refuses_the_removed_one_on_open_connections() {
+    let removed = Authority::root("CA to be removed");
+    let added = Authority::root("CA added later");
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .also_trust(removed.pem())
+        .start()
+        .await;
+    let load = start_load(&h);
+    load.advance(20).await;
+
+    let carol = client_of(&h, &added, "carol", H2_AND_HTTP1);
+    assert_eq!(carol.get("/pods").await.status, StatusCode::UNAUTHORIZED);
+    let mut bob_connections = Vec::new();
+    for alpn in [H2_AND_HTTP1, HTTP1_ONLY] {
+        let mut conn = client_of(&h, &removed, "bob", alpn)
+            .connect()
+            .await
+            .unwrap();
+        assert_eq!(get_on(&mut conn, "/pods").await.status, StatusCode::OK);
+        bob_connections.push(conn);
+    }
+
+    std::fs::write(h.client_ca_file(), h.ca.pem() + &added.pem()).unwrap();
+    let carol = &carol;
+    eventually("a client of the added CA is accepted", || async move {
+        (carol.get("/pods").await.status == StatusCode::OK).then_some(())
+    })
+    .await;
+    // The connections opened under the old bundle are verified again: 401 on the same
+    // connections, which stay usable.
+    for conn in &mut bob_connections {
+        let version = conn.version();
+        for _ in 0..2 {
+            let reply = get_on(conn, "/pods").await;
+            assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{version:?}");
+        }
+    }
+    let bob = client_of(&h, &removed, "bob", H2_AND_HTTP1);
+    assert_eq!(bob.get("/pods").await.status, StatusCode::UNAUTHORIZED);
+    assert!(reloads(&h, "client_ca", "applied").await >= 1.0);
+
+    load.advance(20).await;
+    load.stop().await.assert_no_failures("client CA replaced");
+    h.shutdown().await;
+}
+
+/// The load's permission, and `subject` reading node logs.
+fn policy_with_log_reader(subject: &str) -> String {
+    format!(
+        "{}---\n{}",
+        grant(
+            "load",
+            &["nodes/pods"],
+            &["get"],
+            &[Subject::User("loader")]
+        ),
+        grant(
+            "log-reader",
+            &["nodes/log"],
+            &["get"],
+            &[Subject::User(subject)]
+        ),
+    )
+}
+
+#[tokio::test]
+async fn a_policy_change_grants_and_revokes_without_a_restart() {
+    let h = ProxySpec::new(&["--authorization-mode=Policy"])
+        .policy(&policy_with_log_reader("erin"))
+        .start()
+        .await;
+    let load = start_load(&h);
+    load.advance(20).await;
+    let dave = h.user("dave", &[]);
+    let erin = h.user("erin", &[]);
+    assert_eq!(
+        dave.get("/logs/messages").await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(erin.get("/logs/messages").await.status, StatusCode::OK);
+    let mut erin_open = erin.connect().await.unwrap();
+    assert_eq!(
+        get_on(&mut erin_open, "/logs/messages").await.status,
+        StatusCode::OK
+    );
+
+    std::fs::write(h.policy_file(), policy_with_log_reader("dave")).unwrap();
+    let dave = &dave;
+    eventually("the new grant takes effect", || async move {
+        (dave.get("/logs/messages").await.status == StatusCode::OK).then_some(())
+    })
+    .await;
+    // The whole policy was swapped at once: the old grant is gone, on open connections too.
+    assert_eq!(
+        erin.get("/logs/messages").await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        get_on(&mut erin_open, "/logs/messages").await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert!(reloads(&h, "policy", "applied").await >= 1.0);
+
+    load.advance(20).await;
+    load.stop().await.assert_no_failures("policy changed");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_serving_certificate_keeps_the_previous_one_until_fixed() {
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .start()
+        .await;
+    let load = start_load(&h);
+    load.advance(20).await;
+    let alice = h.user("alice", &[]);
+    let original = h.serving().leaf();
+
+    let failed = reloads(&h, "serving_certificate", "failed").await;
+    std::fs::write(h.serving_cert_file(), GARBAGE_PEM).unwrap();
+    failed_reload(&h, "serving_certificate", failed).await;
+    let conn = alice.connect().await.unwrap();
+    assert_eq!(
+        conn.peer_certificate(),
+        original,
+        "the old certificate stays"
+    );
+    assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
+    load.advance(20).await;
+
+    // Half a rotation: a new certificate next to the old key is not a usable pair either.
+    let rotated = h.ca.issue(&CertSpec::server().common_name("fixed"));
+    let failed = reloads(&h, "serving_certificate", "failed").await;
+    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
+    failed_reload(&h, "serving_certificate", failed).await;
+    let conn = alice.connect().await.unwrap();
+    assert_eq!(
+        conn.peer_certificate(),
+        original,
+        "the old certificate stays"
+    );
+    load.advance(20).await;
+
+    let applied = reloads(&h, "serving_certificate", "applied").await;
+    std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
+    wait_for_serving(&alice, &rotated, "fixed").await;
+    assert!(reloads(&h, "serving_certificate", "applied").await > applied);
+
+    load.advance(20).await;
+    load.stop()
+        .await
+        .assert_no_failures("broken serving certificate");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_client_ca_keeps_the_previous_bundle_until_fixed() {
+    let kept = Authority::root("CA in the first bundle");
+    let added = Authority::root("CA of the fixed bundle");
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .also_trust(kept.pem())
+        .start()
+        .await;
+    let load = start_load(&h);
+    load.advance(20).await;
+    let bob = client_of(&h, &kept, "bob", H2_AND_HTTP1);
+    let carol = client_of(&h, &added, "carol", H2_AND_HTTP1);
+    assert_eq!(bob.get("/pods").await.status, StatusCode::OK);
+
+    for broken in [GARBAGE_PEM, "not PEM at all\n", ""] {
+        let failed = reloads(&h, "client_ca", "failed").await;
+        std::fs::write(h.client_ca_file(), broken).unwrap();
+        failed_reload(&h, "client_ca", failed).await;
+        // The previous bundle is in force, for new connections too.
+        assert_eq!(bob.get("/pods").await.status, StatusCode::OK, "{broken:?}");
+        assert_eq!(
+            carol.get("/pods").await.status,
+            StatusCode::UNAUTHORIZED,
+            "{broken:?}"
+        );
+        load.advance(20).await;
+    }
+
+    let applied = reloads(&h, "client_ca", "applied").await;
+    std::fs::write(h.client_ca_file(), h.ca.pem() + &added.pem()).unwrap();
+    let carol = &carol;
+    eventually("the fixed bundle is applied", || async move {
+        (carol.get("/pods").await.status == StatusCode::OK).then_some(())
+    })
+    .await;
+    assert_eq!(bob.get("/pods").await.status, StatusCode::UNAUTHORIZED);
+    assert!(reloads(&h, "client_ca", "applied").await > applied);
+
+    load.advance(20).await;
+    load.stop().await.assert_no_failures("broken client CA");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
+    let h = ProxySpec::new(&["--authorization-mode=Policy"])
+        .policy(&policy_with_log_reader("erin"))
+        .start()
+        .await;
+    let load = start_load(&h);
+    load.advance(20).await;
+    let dave = h.user("dave", &[]);
+    let erin = h.user("erin", &[]);
+
+    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r, namespace: default}\nrules: []\n";
+    for broken in [
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nrules: [\n",
+        "\t: : not yaml\n",
+        role,
+    ] {
+        let failed = reloads(&h, "policy", "failed").await;
+        std::fs::write(h.policy_file(), broken).unwrap();
+        failed_reload(&h, "policy", failed).await;
+        assert_eq!(
+            erin.get("/logs/messages").await.status,
+            StatusCode::OK,
+            "{broken:?}"
+        );
+        assert_eq!(
+            dave.get("/logs/messages").await.status,
+            StatusCode::FORBIDDEN,
+            "{broken:?}"
+        );
+        load.advance(20).await;
+    }
+
+    let applied = reloads(&h, "policy", "applied").await;
+    std::fs::write(h.policy_file(), policy_with_log_reader("dave")).unwrap();
+    let dave = &dave;
+    eventually("the fixed policy is applied", || async move {
+        (dave.get("/logs/messages").await.status == StatusCode::OK).then_some(())
+    })
+    .await;
+    assert_eq!(
+        erin.get("/logs/messages").await.status,
+        StatusCode::FORBIDDEN
+    );
+    assert!(reloads(&h, "policy", "applied").await > applied);
+
+    load.advance(20).await;
+    load.stop().await.assert_no_failures("broken policy");
+    h.shutdown().await;
+}

@@ -1,0 +1,200 @@
+//! The real binary, run as an operator runs it: as a server that is stopped with SIGTERM, or as a
+//! command (`check-config`) that exits. Output goes to files, so a chatty process never blocks on
+//! a full pipe; every wait is bounded.
+
+use std::ffi::OsStr;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{STEP_TIMEOUT, TempDir};
+
+/// The binary under test.
+pub const BINARY: &str = env!("CARGO_BIN_EXE_kubelet-auth-proxy");
+/// How often a child's state and output are looked at.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What a finished run printed and how it ended.
+pub struct Finished {
+    /// The exit status.
+    pub status: ExitStatus,
+    /// Everything written to stdout.
+    pub stdout: String,
+    /// Everything written to stderr.
+    pub stderr: String,
+}
+
+/// Runs the binary with `args` to completion (killed, and the test failed, after
+/// [`STEP_TIMEOUT`]).
+pub async fn run(dir: &TempDir, name: &str, args: &[String]) -> Finished {
+    let mut process = Spawned::spawn(dir, name, args, &[]);
+    let status = process.wait().await;
+    Finished {
+        status,
+        stdout: process.stdout(),
+        stderr: process.stderr(),
+    }
+}
+
+/// A child process of the binary with its output files; killed if still running when dropped.
+struct Spawned {
+    child: Child,
+    name: String,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Spawned {
+    fn spawn(dir: &TempDir, name: &str, args: &[String], env: &[(&str, &OsStr)]) -> Spawned {
+        let stdout = dir.path().join(format!("{name}.stdout"));
+        let stderr = dir.path().join(format!("{name}.stderr"));
+        let mut command = Command::new(BINARY);
+        command
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("NOTIFY_SOCKET")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&stderr).unwrap());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        Spawned {
+            child: command.spawn().unwrap(),
+            name: name.to_owned(),
+            stdout,
+            stderr,
+        }
+    }
+
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.stdout).unwrap_or_default()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// Waits for the exit, at most [`STEP_TIMEOUT`]; kills the child and fails otherwise.
+    async fn wait(&mut self) -> ExitStatus {
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{}: still running after {STEP_TIMEOUT:?}; stderr: {}",
+                    self.name,
+                    self.stderr()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The binary serving: its addresses, read from its start-up log line.
+pub struct ProxyProcess {
+    spawned: Spawned,
+    addr: SocketAddr,
+    admin_addr: SocketAddr,
+}
+
+impl ProxyProcess {
+    /// Starts the binary with `args` (plus `--log-format=json`, to read its addresses) and the
+    /// environment variables `env`, and waits until it serves.
+    pub async fn start(
+        dir: &TempDir,
+        name: &str,
+        args: &[String],
+        env: &[(&str, &OsStr)],
+    ) -> ProxyProcess {
+        let mut args = args.to_vec();
+        args.push("--log-format=json".to_owned());
+        let mut spawned = Spawned::spawn(dir, name, &args, env);
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        let (addr, admin_addr) = loop {
+            if let Some(addresses) = serving_addresses(&spawned.stderr()) {
+                break addresses;
+            }
+            if let Some(status) = spawned.child.try_wait().unwrap() {
+                panic!("{name} exited with {status}: {}", spawned.stderr());
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "{name}: not serving after {STEP_TIMEOUT:?}: {}",
+                    spawned.stderr()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        };
+        ProxyProcess {
+            spawned,
+            addr,
+            admin_addr,
+        }
+    }
+
+    /// The kubelet API address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The admin address (`/healthz`, `/readyz`, `/metrics`).
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// Sends SIGTERM, as systemd and the kubelet do to stop a service or a container.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.spawned.child.id().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed: {status}");
+    }
+
+    /// Waits (bounded) for the process to exit.
+    pub async fn wait(&mut self) -> ExitStatus {
+        self.spawned.wait().await
+    }
+
+    /// Everything written to stdout so far.
+    pub fn stdout(&self) -> String {
+        self.spawned.stdout()
+    }
+
+    /// Everything written to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.spawned.stderr()
+    }
+}
+
+/// The addresses in the "serving the kubelet API" line of a JSON log, once it is there.
+fn serving_addresses(log: &str) -> Option<(SocketAddr, SocketAddr)> {
+    log.lines().find_map(|line| {
+        let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+        let fields = &entry["fields"];
+        if fields["message"] != "serving the kubelet API" {
+            return None;
+        }
+        Some((
+            fields["addr"].as_str()?.parse().ok()?,
+            fields["admin_addr"].as_str()?.parse().ok()?,
+        ))
+    })
+}
