@@ -6,12 +6,14 @@
 mod support;
 
 mod admin;
+mod audit;
 mod authorization;
 mod cli;
 mod delegated;
 mod forwarding;
 mod paths;
 mod reload;
+mod shutdown;
 mod tls_front;
 mod upgrades;
 mod x509;

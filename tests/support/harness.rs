@@ -396,6 +396,22 @@ impl Harness {
     pub async fn shutdown(self) {
         within("shutting the proxy down", self.proxy.shutdown()).await;
     }
+
+    /// Shuts the proxy down gracefully and hands back the stand-in kubelet and the files, still
+    /// there: what happens next to the proxy's connections is then the proxy's doing alone.
+    pub async fn shutdown_proxy_only(self) -> Remains {
+        within("shutting the proxy down", self.proxy.shutdown()).await;
+        Remains {
+            _kubelet: self.kubelet,
+            _dir: self.dir,
+        }
+    }
+}
+
+/// The stand-in kubelet and the files of a harness whose proxy has stopped; dropped, they go too.
+pub struct Remains {
+    _kubelet: Option<StandInKubelet>,
+    _dir: TempDir,
 }
 
 /// A subject of a ClusterRoleBinding.

@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use super::harness::NODE_NAME;
+use super::pki::{Authority, CertSpec};
 use super::{STEP_TIMEOUT, TempDir};
 
 /// The binary under test.
@@ -197,4 +199,29 @@ fn serving_addresses(log: &str) -> Option<(SocketAddr, SocketAddr)> {
             fields["admin_addr"].as_str()?.parse().ok()?,
         ))
     })
+}
+
+/// Writes what the binary needs to serve `upstream` (a serving certificate and key from `ca`, `ca`
+/// as the client CA) and a ProxyConfiguration naming them by paths relative to it, with
+/// `AlwaysAllow`, [`NODE_NAME`], loopback ports chosen by the kernel, and `extra` (YAML lines)
+/// appended. Returns the configuration file's path, for `--config`.
+pub fn proxy_config(dir: &TempDir, ca: &Authority, upstream: &str, extra: &str) -> String {
+    let serving = ca.issue(&CertSpec::server());
+    dir.write("serving.crt", serving.chain_pem());
+    dir.write("serving.key", serving.key_pem());
+    dir.write("ca.crt", ca.pem());
+    let config = format!(
+        "apiVersion: kubelet-auth-proxy/v1alpha1
+kind: ProxyConfiguration
+upstream: {upstream}
+tlsCertFile: serving.crt
+tlsPrivateKeyFile: serving.key
+clientCaFile: ca.crt
+authorizationMode: [AlwaysAllow]
+nodeName: {NODE_NAME}
+listenAddress: 127.0.0.1:0
+adminListenAddress: 127.0.0.1:0
+{extra}"
+    );
+    dir.write("proxy.yaml", config).display().to_string()
 }
