@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod responses;
 pub mod server;
+pub mod systemd;
 pub mod tls;
 
 pub use config::{Config, ConfigError};
