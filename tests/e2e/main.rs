@@ -9,6 +9,7 @@ mod admin;
 mod authorization;
 mod cli;
 mod forwarding;
+mod manifests;
 mod paths;
 mod tls_front;
 mod upgrades;
