@@ -111,6 +111,9 @@ impl ApiServerClient {
                 kube::Config::incluster().map_err(|e| ApiClientError::InCluster(e.to_string()))?
             }
         };
+        // kube's own retry layer would re-send 429/503/504 answers inside each of our attempts,
+        // multiplying calls and retrying what the kubelet treats as final; ours is the only one.
+        config.default_retry = false;
         config.connect_timeout = Some(timeout);
         config.read_timeout = Some(timeout);
         config.write_timeout = Some(timeout);
@@ -185,7 +188,7 @@ impl ApiServerClient {
                 &ApiCallLabels {
                     kind,
                     code: match &result {
-                        Ok(_) => 201,
+                        Ok((code, _)) => *code,
                         Err(AttemptError {
                             error: ApiCallError::Status { code, .. },
                             ..
@@ -196,7 +199,7 @@ impl ApiServerClient {
                 started.elapsed(),
             );
             match result {
-                Ok(bytes) => {
+                Ok((_, bytes)) => {
                     return serde_json::from_slice(&bytes).map_err(|e| {
                         ApiCallError::InvalidResponse(format!("decoding {}: {e}", kind.as_str()))
                     });
@@ -214,8 +217,8 @@ impl ApiServerClient {
         }
     }
 
-    /// One POST, bounded by the timeout and the size cap.
-    async fn attempt(&self, path: &'static str, body: Bytes) -> Result<Bytes, AttemptError> {
+    /// One POST, bounded by the timeout and the size cap: the status code and body of a success.
+    async fn attempt(&self, path: &'static str, body: Bytes) -> Result<(u16, Bytes), AttemptError> {
         let request = Request::post(path)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .header(ACCEPT, HeaderValue::from_static("application/json"))
@@ -248,7 +251,7 @@ impl ApiServerClient {
                 })?
                 .to_bytes();
             if status.is_success() {
-                Ok(bytes)
+                Ok((status.as_u16(), bytes))
             } else {
                 Err(status_error(status, retry_after, &bytes))
             }

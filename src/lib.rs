@@ -16,12 +16,14 @@
 //!   [`cache`]: the bounded caches in front of them, which coalesce concurrent misses.
 //! - [`responses`]: the one place refusals become HTTP responses, with the kubelet's bodies.
 //! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades.
+//! - [`reload`]: certificates, the client CA and policies swapped in when their files change.
 //! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener.
 //! - [`config`]: flags → validated, loaded [`config::Config`]; [`demo`]: the self-contained tour.
 #![forbid(unsafe_code)]
 
 pub mod admin;
 pub mod apiserver;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod cache;
@@ -30,6 +32,7 @@ pub mod config;
 pub mod demo;
 pub mod metrics;
 pub mod proxy;
+pub mod reload;
 pub mod responses;
 pub mod server;
 pub mod systemd;

@@ -1,9 +1,12 @@
-//! The `kubelet-auth-proxy` command: parse flags, set up logging, and serve (or run the demo).
+//! The `kubelet-auth-proxy` command: parse flags (with `--config` and `--kubelet-config` expanded
+//! into flags), set up logging, and serve, check the configuration, or run the demo.
 //! Configuration errors print one line naming the flag and file, and exit with status 2.
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use kubelet_auth_proxy::config::file;
 use kubelet_auth_proxy::config::flags::{LogFormat, ProxyFlags};
 use kubelet_auth_proxy::{Config, demo};
 use tracing_subscriber::EnvFilter;
@@ -36,6 +39,53 @@ enum Command {
     /// Run the proxy in front of a stand-in kubelet on loopback, with throwaway certificates and a
     /// local policy, and show which requests each identity may make.
     Demo(demo::DemoArgs),
+    /// Validate the flags and every file they name (config files, certificates, keys, policies,
+    /// kubeconfigs) without serving: exit status 0 if the proxy would start, 2 if not.
+    CheckConfig(CheckConfigArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct CheckConfigArgs {
+    #[command(flatten)]
+    flags: Box<ProxyFlags>,
+}
+
+/// Prints a clap error as one line (help and version go to stdout as usual) and gives the status.
+fn clap_failure(e: clap::Error) -> ExitCode {
+    if !e.use_stderr() {
+        e.exit();
+    }
+    eprintln!("kubelet-auth-proxy: {}", one_line(&e.to_string()));
+    ExitCode::from(2)
+}
+
+/// Parses the command line, then again with the configuration files expanded into flags placed
+/// before the command line's own (so flags win over `--config`, which wins over `--kubelet-config`).
+fn parse_command_line() -> Result<Cli, ExitCode> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    let command = Cli::command();
+    let matches = command
+        .clone()
+        .try_get_matches_from(&args)
+        .map_err(clap_failure)?;
+    let flags_at = match matches.subcommand() {
+        None => Some((&command, &matches, 1)),
+        Some(("check-config", sub)) => command
+            .find_subcommand("check-config")
+            .map(|cmd| (cmd, sub, 2)),
+        Some(_) => None,
+    };
+    let expanded = match flags_at {
+        Some((cmd, flags, at)) => file::expand(cmd, flags, &args, at).map_err(|e| {
+            eprintln!("kubelet-auth-proxy: {e}");
+            ExitCode::from(2)
+        })?,
+        None => None,
+    };
+    match expanded {
+        Some(args) => Cli::try_parse_from(args).map_err(clap_failure),
+        None => Cli::from_arg_matches(&matches).map_err(clap_failure),
+    }
 }
 
 /// clap's multi-line error as the one line operators grep for: the message and, when clap lists
@@ -68,13 +118,9 @@ fn init_logging(format: LogFormat, verbosity: u8) {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = match Cli::try_parse() {
+    let cli = match parse_command_line() {
         Ok(cli) => cli,
-        Err(e) if !e.use_stderr() => e.exit(),
-        Err(e) => {
-            eprintln!("kubelet-auth-proxy: {}", one_line(&e.to_string()));
-            return Ok(ExitCode::from(2));
-        }
+        Err(status) => return Ok(status),
     };
     // Every rustls config here names the ring provider explicitly; installing it as the process
     // default as well keeps any library that asks for the default off other providers.
@@ -91,6 +137,24 @@ fn main() -> anyhow::Result<ExitCode> {
             } else {
                 ExitCode::FAILURE
             })
+        }
+        Some(Command::CheckConfig(args)) => {
+            init_logging(args.flags.log_format, args.flags.verbosity);
+            match runtime.block_on(Config::load(&args.flags)) {
+                Ok(config) => {
+                    println!(
+                        "kubelet-auth-proxy: configuration is valid: serving {} for node {:?}, authorizers {}",
+                        config.listen_address,
+                        config.node_name,
+                        config.authorizers.names()
+                    );
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("kubelet-auth-proxy: {e}");
+                    Ok(ExitCode::from(2))
+                }
+            }
         }
         None => {
             init_logging(cli.flags.log_format, cli.flags.verbosity);

@@ -134,6 +134,34 @@ pub struct CacheLabels {
     pub result: CacheResult,
 }
 
+/// The outcome of reloading a file-backed setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReloadResult {
+    /// The new version is in force.
+    Applied,
+    /// The new version could not be used; the previous one stays in force.
+    Failed,
+}
+
+impl EncodeLabelValue for ReloadResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let value = match self {
+            ReloadResult::Applied => "applied",
+            ReloadResult::Failed => "failed",
+        };
+        EncodeLabelValue::encode(&value, encoder)
+    }
+}
+
+/// Labels of reloads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// What was reloaded: `serving_certificate`, `client_ca` or `policy`.
+    pub target: &'static str,
+    /// Whether the new version is in force.
+    pub result: ReloadResult,
+}
+
 fn latency_histogram() -> Histogram {
     Histogram::new([
         0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
@@ -148,10 +176,13 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<DecisionLabels, Histogram, fn() -> Histogram>,
     connections: Gauge,
+    streams: Gauge,
     handshake_failures: Counter,
     api_calls: Family<ApiCallLabels, Counter>,
     api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
     cache_lookups: Family<CacheLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
+    audit_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -183,6 +214,12 @@ impl Metrics {
             "Client connections currently open",
             connections.clone(),
         );
+        let streams = Gauge::default();
+        registry.register(
+            "upgraded_streams_open",
+            "exec, attach and portForward sessions currently spliced to the kubelet",
+            streams.clone(),
+        );
         let handshake_failures = Counter::default();
         registry.register(
             "tls_handshake_failures",
@@ -208,15 +245,30 @@ impl Metrics {
             "Token and authorization cache lookups: hit, miss (called the API server) or coalesced (waited for a call already in flight)",
             cache_lookups.clone(),
         );
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Reloads of the serving certificate, client CA and policy files after they changed on disk",
+            reloads.clone(),
+        );
+        let audit_dropped = Counter::default();
+        registry.register(
+            "audit_events_dropped",
+            "Audit events not written: the writer fell behind (queue full) or writing failed",
+            audit_dropped.clone(),
+        );
         Metrics {
             registry,
             requests,
             latency,
             connections,
+            streams,
             handshake_failures,
             api_calls,
             api_latency,
             cache_lookups,
+            reloads,
+            audit_dropped,
         }
     }
 
@@ -245,9 +297,26 @@ impl Metrics {
             .inc();
     }
 
+    /// Records a reload after a file change.
+    pub fn observe_reload(&self, target: &'static str, result: ReloadResult) {
+        self.reloads
+            .get_or_create(&ReloadLabels { target, result })
+            .inc();
+    }
+
+    /// The counter of dropped audit events, handed to the audit log.
+    pub fn audit_dropped(&self) -> Counter {
+        self.audit_dropped.clone()
+    }
+
     /// The open-connections gauge, incremented and decremented by the accept loop.
     pub fn connections(&self) -> &Gauge {
         &self.connections
+    }
+
+    /// The open upgraded-streams gauge.
+    pub fn streams(&self) -> &Gauge {
+        &self.streams
     }
 
     /// Counts a failed or timed-out TLS handshake.

@@ -54,6 +54,14 @@ pub fn authorization_error(user: &User, verb: &str, subresource: &str) -> Respon
     )
 }
 
+/// 500 for a failure of the proxy itself (not of an authorizer), with a short reason.
+pub fn internal_error(reason: &str) -> Response<ResponseBody> {
+    text(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("Internal Server Error: {reason}\n"),
+    )
+}
+
 /// 301 to the cleaned path, as Go's ServeMux answers an unclean path before any authentication:
 /// `Location` is the clean path plus the original query; GET gets Go's small HTML body.
 pub fn redirect(method: &Method, location: &str) -> Response<ResponseBody> {

@@ -14,6 +14,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use http::header::{HeaderName, USER_AGENT};
+
 use http::header::{CONTENT_LENGTH, HeaderValue};
 use http::{Method, Request, Response};
 use http_body_util::{Either, Full};
@@ -30,13 +32,18 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use crate::admin;
+use crate::audit::{
+    AuditEvent, AuditId, AuditLog, Authorization as AuditAuthorization, ObjectRef, Stage,
+};
+use crate::authn::User;
 use crate::authn::{Authentication, Authenticator, ConnectionIdentity};
-use crate::authz::attributes::{AttributeMapping, kubelet_attributes};
+use crate::authz::attributes::{AttributeMapping, kubelet_attributes, verb_for_method};
 use crate::authz::{AuthorizerChain, RequestDecision, authorize_request};
 use crate::canonical_path::{PathCheck, check_path};
 use crate::config::Config;
 use crate::metrics::{Metrics, Outcome, RequestLabels};
-use crate::proxy::Forwarder;
+use crate::proxy::{Forwarder, StreamEnded};
+use crate::reload::Reloadable;
 use crate::responses::{self, ResponseBody};
 
 /// What every request handler shares, read-only.
@@ -44,10 +51,18 @@ struct Pipeline {
     authenticator: Authenticator,
     authorizers: AuthorizerChain,
     mapping: AttributeMapping,
-    node_name: String,
+    /// Shared with audit events, which name the Node.
+    node_name: Arc<str>,
     forwarder: Forwarder,
     metrics: Arc<Metrics>,
+    audit: Option<AuditLog>,
+    /// Upgraded streams (exec, attach, portForward) still open. hyper's graceful shutdown stops
+    /// tracking a connection once it is upgraded, so shutdown waits on this count as well.
+    open_streams: watch::Sender<usize>,
 }
+
+/// The response header that names a request's audit event, as kube-apiserver sets it.
+const AUDIT_ID: HeaderName = HeaderName::from_static("audit-id");
 
 /// A running proxy: its addresses, and the means to stop it.
 pub struct RunningProxy {
@@ -58,6 +73,8 @@ pub struct RunningProxy {
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
     admin: JoinHandle<()>,
+    /// Flushed once the connections have drained.
+    audit: Option<AuditLog>,
 }
 
 impl RunningProxy {
@@ -72,10 +89,13 @@ impl RunningProxy {
     }
 
     /// Turns readiness off, stops accepting, lets in-flight requests finish within the grace
-    /// period, then stops the admin listener and returns.
+    /// period, flushes the audit log, then stops the admin listener and returns.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.server.await;
+        if let Some(audit) = self.audit {
+            audit.close().await;
+        }
         self.admin.abort();
         let _ = self.admin.await;
     }
@@ -107,19 +127,26 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
     http.http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(250);
-    let acceptor = TlsAcceptor::from(Arc::clone(&config.server_tls));
+    let serving_tls = Arc::clone(&config.server_tls);
+    tokio::spawn(crate::reload::watch_files(
+        config.reload_targets,
+        Arc::clone(&metrics),
+        shutdown_rx.clone(),
+    ));
     let pipeline = Arc::new(Pipeline {
         authenticator: config.authenticator,
         authorizers: config.authorizers,
         mapping: config.mapping,
-        node_name: config.node_name,
+        node_name: Arc::from(config.node_name),
         forwarder: config.forwarder,
         metrics,
+        audit: config.audit.clone(),
+        open_streams: watch::channel(0).0,
     });
     info!(%addr, %admin_addr, "serving the kubelet API");
     let server = tokio::spawn(accept_loop(
         listener,
-        acceptor,
+        serving_tls,
         Arc::new(http),
         pipeline,
         limits,
@@ -131,6 +158,7 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
         shutdown,
         server,
         admin,
+        audit: config.audit,
     })
 }
 
@@ -142,7 +170,7 @@ struct Limits {
 
 async fn accept_loop(
     listener: TcpListener,
-    acceptor: TlsAcceptor,
+    serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
     http: Arc<auto::Builder<TokioExecutor>>,
     pipeline: Arc<Pipeline>,
     limits: Limits,
@@ -173,7 +201,9 @@ async fn accept_loop(
             _ = shutdown.changed() => break,
         };
         let pipeline = Arc::clone(&pipeline);
-        let acceptor = acceptor.clone();
+        // The configuration in force when the connection arrives: a rotated certificate is used
+        // by new connections while open ones keep theirs.
+        let acceptor = TlsAcceptor::from(serving_tls.current_arc());
         let http = Arc::clone(&http);
         let watcher = graceful.watcher();
         let handshake_timeout = limits.handshake_timeout;
@@ -195,13 +225,18 @@ async fn accept_loop(
         });
     }
     drop(listener);
-    if tokio::time::timeout(limits.grace_period, graceful.shutdown())
+    let mut open_streams = pipeline.open_streams.subscribe();
+    let drained = async {
+        graceful.shutdown().await;
+        let _ = open_streams.wait_for(|open| *open == 0).await;
+    };
+    if tokio::time::timeout(limits.grace_period, drained)
         .await
         .is_err()
     {
         warn!(
             grace_period = ?limits.grace_period,
-            "connections still open after the shutdown grace period; closing them"
+            "requests or streams still open after the shutdown grace period; closing them"
         );
     }
 }
@@ -253,6 +288,40 @@ fn unix_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
+/// What the pipeline did with one request: the response, and what metrics and audit record.
+struct Handled {
+    response: Response<ResponseBody>,
+    outcome: Outcome,
+    /// The subresource allowed, or the first asked for; empty before the path was mapped.
+    subresource: &'static str,
+    /// The Kubernetes verb; for requests refused before mapping, the method's.
+    verb: &'static str,
+    user: Option<Arc<User>>,
+    authorization: Option<AuditAuthorization>,
+}
+
+impl Handled {
+    fn refused(response: Response<ResponseBody>, outcome: Outcome, verb: &'static str) -> Handled {
+        Handled {
+            response,
+            outcome,
+            subresource: "",
+            verb,
+            user: None,
+            authorization: None,
+        }
+    }
+}
+
+/// What the audit event of a request needs from the request itself, taken before the request is
+/// handed on; only gathered when auditing is on.
+struct AuditStart {
+    id: AuditId,
+    received: SystemTime,
+    request_uri: http::Uri,
+    user_agent: Option<HeaderValue>,
+}
+
 impl Pipeline {
     async fn handle(
         &self,
@@ -262,8 +331,24 @@ impl Pipeline {
     ) -> Response<ResponseBody> {
         let started = Instant::now();
         let head = req.method() == Method::HEAD;
-        let (mut response, decision, subresource) =
-            self.decide_and_forward(identity, peer, req).await;
+        let audit_start = match &self.audit {
+            Some(_) => match AuditId::random() {
+                Ok(id) => Some(AuditStart {
+                    id,
+                    received: SystemTime::now(),
+                    request_uri: req.uri().clone(),
+                    user_agent: req.headers().get(USER_AGENT).cloned(),
+                }),
+                // A request that cannot be audited is not served.
+                Err(e) => {
+                    warn!(error = %e, "cannot create an audit ID");
+                    return responses::internal_error("audit unavailable");
+                }
+            },
+            None => None,
+        };
+        let mut handled = self.decide_and_forward(identity, peer, req).await;
+        let response = &mut handled.response;
         if head && let Either::Right(body) = response.body() {
             // Our own answers carry a body; a HEAD response must not (HTTP/2 peers reset the
             // stream if it does). As Go's net/http does for the kubelet, the length of the body
@@ -277,12 +362,71 @@ impl Pipeline {
         self.metrics.observe_request(
             &RequestLabels {
                 code: response.status().as_u16(),
-                decision,
-                subresource,
+                decision: handled.outcome,
+                subresource: handled.subresource,
             },
             started.elapsed(),
         );
-        response
+        if let Some(stream) = handled.response.extensions().get::<StreamEnded>() {
+            self.track(stream.clone());
+        }
+        if let (Some(audit), Some(start)) = (&self.audit, audit_start) {
+            self.record(audit, start, peer, &mut handled);
+        }
+        handled.response
+    }
+
+    /// Counts an upgraded stream as open until it ends.
+    fn track(&self, stream: StreamEnded) {
+        self.open_streams.send_modify(|n| *n += 1);
+        self.metrics.streams().inc();
+        let (open_streams, metrics) = (self.open_streams.clone(), Arc::clone(&self.metrics));
+        tokio::spawn(async move {
+            stream.wait().await;
+            open_streams.send_modify(|n| *n -= 1);
+            metrics.streams().dec();
+        });
+    }
+
+    /// Records the request's audit event; for an upgraded stream, one now (`ResponseStarted`)
+    /// and one when the stream ends (`ResponseComplete`).
+    fn record(&self, audit: &AuditLog, start: AuditStart, peer: SocketAddr, handled: &mut Handled) {
+        if let Ok(id) = HeaderValue::from_str(&start.id.to_string()) {
+            handled.response.headers_mut().insert(AUDIT_ID, id);
+        }
+        let code = handled.response.status().as_u16();
+        let stream = handled.response.extensions().get::<StreamEnded>().cloned();
+        let event = AuditEvent {
+            id: start.id,
+            stage: if stream.is_some() {
+                Stage::ResponseStarted
+            } else {
+                Stage::ResponseComplete
+            },
+            request_uri: start.request_uri,
+            verb: handled.verb,
+            user: handled.user.clone(),
+            source_ip: peer.ip(),
+            user_agent: start.user_agent,
+            object_ref: (!handled.subresource.is_empty()).then(|| ObjectRef {
+                subresource: handled.subresource,
+                name: Arc::clone(&self.node_name),
+            }),
+            response_code: code,
+            request_received: start.received,
+            stage_timestamp: SystemTime::now(),
+            authorization: handled.authorization.take(),
+        };
+        if let Some(stream) = stream {
+            let (audit, mut complete) = (audit.clone(), event.clone());
+            tokio::spawn(async move {
+                stream.wait().await;
+                complete.stage = Stage::ResponseComplete;
+                complete.stage_timestamp = SystemTime::now();
+                audit.record(complete);
+            });
+        }
+        audit.record(event);
     }
 
     async fn decide_and_forward(
@@ -290,7 +434,8 @@ impl Pipeline {
         identity: &ConnectionIdentity,
         peer: SocketAddr,
         req: Request<Incoming>,
-    ) -> (Response<ResponseBody>, Outcome, &'static str) {
+    ) -> Handled {
+        let method_verb = verb_for_method(req.method());
         let decoded = match check_path(req.uri().path()) {
             PathCheck::Canonical { decoded } => decoded,
             PathCheck::Redirect { location } => {
@@ -298,19 +443,13 @@ impl Pipeline {
                     Some(query) => format!("{location}?{query}"),
                     None => location,
                 };
-                return (
-                    responses::redirect(req.method(), &location),
-                    Outcome::Redirected,
-                    "",
-                );
+                let response = responses::redirect(req.method(), &location);
+                return Handled::refused(response, Outcome::Redirected, method_verb);
             }
             PathCheck::Reject(reason) => {
                 debug!(%peer, %reason, "refused request path");
-                return (
-                    responses::bad_request(&reason.to_string()),
-                    Outcome::BadRequest,
-                    "",
-                );
+                let response = responses::bad_request(&reason.to_string());
+                return Handled::refused(response, Outcome::BadRequest, method_verb);
             }
         };
 
@@ -322,62 +461,71 @@ impl Pipeline {
             Authentication::User(user) => user,
             Authentication::Unauthenticated => {
                 debug!(%peer, path = %decoded, "no credential");
-                return (responses::unauthorized(), Outcome::Unauthenticated, "");
+                let response = responses::unauthorized();
+                return Handled::refused(response, Outcome::Unauthenticated, method_verb);
             }
             Authentication::Failed(reason) => {
                 debug!(%peer, path = %decoded, %reason, "authentication failed");
-                return (responses::unauthorized(), Outcome::Unauthenticated, "");
+                let response = responses::unauthorized();
+                return Handled::refused(response, Outcome::Unauthenticated, method_verb);
             }
         };
 
         let attrs = kubelet_attributes(&self.mapping, req.method(), &decoded);
-        let subresource = match authorize_request(
-            &self.authorizers,
-            &attrs,
-            &user,
-            &self.node_name,
-            &decoded,
-        )
-        .await
-        {
+        let decision =
+            authorize_request(&self.authorizers, &attrs, &user, &self.node_name, &decoded).await;
+        let (subresource, reason) = match decision {
             RequestDecision::Allowed {
                 subresource,
                 authorizer,
                 reason,
             } => {
                 debug!(user = %user.name, verb = attrs.verb, path = %decoded, subresource, authorizer, %reason, "allowed");
-                subresource
+                (subresource, reason)
             }
             RequestDecision::Error { subresource, error } => {
                 warn!(user = %user.name, verb = attrs.verb, path = %decoded, subresource, %error, "authorization failed");
-                return (
-                    responses::authorization_error(&user, attrs.verb, subresource),
-                    Outcome::AuthorizationError,
+                return Handled {
+                    response: responses::authorization_error(&user, attrs.verb, subresource),
+                    outcome: Outcome::AuthorizationError,
                     subresource,
-                );
+                    verb: attrs.verb,
+                    user: Some(user),
+                    authorization: Some(AuditAuthorization::Error),
+                };
             }
             RequestDecision::Forbidden { reason } => {
                 debug!(user = %user.name, verb = attrs.verb, path = %decoded, subresources = %attrs.subresources, %reason, "forbidden");
-                return (
-                    responses::forbidden(&user, attrs.verb, &attrs.subresources),
-                    Outcome::Forbidden,
-                    attrs.subresources.iter().next().unwrap_or_default(),
-                );
+                return Handled {
+                    response: responses::forbidden(&user, attrs.verb, &attrs.subresources),
+                    outcome: Outcome::Forbidden,
+                    subresource: attrs.subresources.iter().next().unwrap_or_default(),
+                    verb: attrs.verb,
+                    user: Some(user),
+                    authorization: Some(AuditAuthorization::Forbid(reason)),
+                };
             }
         };
         // The decoded path borrows the request, which is handed on next.
         drop(decoded);
 
-        match self.forwarder.forward(req, &user).await {
-            Ok(response) => (response.map(Either::Left), Outcome::Allowed, subresource),
+        let (response, outcome) = match self.forwarder.forward(req, &user).await {
+            Ok(response) => (response.map(Either::Left), Outcome::Allowed),
             Err(e) => {
                 warn!(%peer, error = %e, "forwarding to the kubelet failed");
                 (
                     responses::bad_gateway(&e.to_string()),
                     Outcome::UpstreamError,
-                    subresource,
                 )
             }
+        };
+        Handled {
+            response,
+            outcome,
+            subresource,
+            verb: attrs.verb,
+            user: Some(user),
+            authorization: Some(AuditAuthorization::Allow(reason)),
         }
     }
 }

@@ -14,7 +14,7 @@ use http::{HeaderMap, Version};
 use rustls::pki_types::{CertificateDer, UnixTime};
 
 use token::{Presented, TokenOutcome, TokenReviewAuthenticator, bearer_token, websocket_token};
-use x509::{X509Authenticator, X509Outcome};
+use x509::{ClientCa, X509Authenticator, X509Outcome};
 
 /// The group every authenticated (non-anonymous) user is put in, as the kubelet's
 /// `AuthenticatedGroupAdder` does.
@@ -83,7 +83,22 @@ pub enum Authentication {
 /// What the client certificate of a connection established, computed once after the handshake and
 /// shared by every request (HTTP/2 stream) on the connection.
 #[derive(Debug, Clone)]
-pub struct ConnectionIdentity(X509Outcome);
+pub struct ConnectionIdentity {
+    outcome: X509Outcome,
+    /// The CA bundle `outcome` was verified against, and the chain to verify again should the
+    /// bundle be replaced while the connection is open (as the kubelet verifies every request
+    /// against the bundle in force).
+    verified: Option<(Arc<ClientCa>, Vec<CertificateDer<'static>>)>,
+}
+
+impl ConnectionIdentity {
+    fn none() -> ConnectionIdentity {
+        ConnectionIdentity {
+            outcome: X509Outcome::NoCertificate,
+            verified: None,
+        }
+    }
+}
 
 /// The authenticator chain: x509 (when `--client-ca-file` is set), then bearer tokens from the
 /// `Authorization` header and from WebSocket subprotocols (with `--authentication-token-webhook`),
@@ -131,8 +146,14 @@ impl Authenticator {
         now: UnixTime,
     ) -> ConnectionIdentity {
         match (&self.x509, peer_chain) {
-            (Some(x509), Some(chain)) => ConnectionIdentity(x509.authenticate(chain, now)),
-            _ => ConnectionIdentity(X509Outcome::NoCertificate),
+            (Some(x509), Some(chain)) if !chain.is_empty() => {
+                let ca = x509.current_ca();
+                ConnectionIdentity {
+                    outcome: x509.authenticate_with(&ca, chain, now),
+                    verified: Some((ca, chain.iter().map(|c| c.clone().into_owned()).collect())),
+                }
+            }
+            _ => ConnectionIdentity::none(),
         }
     }
 
@@ -145,7 +166,15 @@ impl Authenticator {
         now_secs: i64,
     ) -> Authentication {
         let mut error = None;
-        match &connection.0 {
+        let reverified;
+        let outcome = match (&self.x509, &connection.verified) {
+            (Some(x509), Some((ca, chain))) if !x509.is_current(ca) => {
+                reverified = x509.authenticate(chain, UnixTime::now());
+                &reverified
+            }
+            _ => &connection.outcome,
+        };
+        match outcome {
             X509Outcome::Authenticated { user, valid_until } => {
                 if now_secs <= *valid_until {
                     return Authentication::User(Arc::clone(user));

@@ -14,6 +14,7 @@ use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME
 use x509_parser::prelude::FromDer;
 
 use super::User;
+use crate::reload::Reloadable;
 
 /// DER contents of OID 1.3.6.1.4.1.57683.2, the subject attribute Kubernetes reads the user's UID
 /// from (`AllowParsingUserUIDFromCertAuth`, on since 1.33).
@@ -93,6 +94,12 @@ impl ClientCa {
     }
 }
 
+impl std::fmt::Debug for X509Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("X509Authenticator").finish_non_exhaustive()
+    }
+}
+
 /// What a client certificate chain says about the caller.
 #[derive(Debug, Clone)]
 pub enum X509Outcome {
@@ -112,16 +119,16 @@ pub enum X509Outcome {
 }
 
 /// Verifies client certificates against a [`ClientCa`] and maps them to users.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct X509Authenticator {
-    ca: Arc<ClientCa>,
+    ca: Arc<Reloadable<ClientCa>>,
     /// The signature algorithms chains may use: ring's, as everywhere in the proxy.
     algorithms: &'static [&'static dyn SignatureVerificationAlgorithm],
 }
 
 impl X509Authenticator {
-    /// An authenticator trusting `ca`.
-    pub fn new(ca: Arc<ClientCa>) -> Self {
+    /// An authenticator trusting `ca`, whichever version of it is in force.
+    pub fn new(ca: Arc<Reloadable<ClientCa>>) -> Self {
         X509Authenticator {
             ca,
             algorithms: rustls::crypto::ring::default_provider()
@@ -134,6 +141,26 @@ impl X509Authenticator {
     /// it to a user. Done once per connection; past `valid_until` the caller treats the identity as
     /// expired.
     pub fn authenticate(&self, chain: &[CertificateDer<'_>], now: UnixTime) -> X509Outcome {
+        self.authenticate_with(&self.ca.current(), chain, now)
+    }
+
+    /// The CA bundle in force.
+    pub fn current_ca(&self) -> Arc<ClientCa> {
+        self.ca.current_arc()
+    }
+
+    /// Whether `ca` is still the bundle in force (a lock-free pointer comparison).
+    pub fn is_current(&self, ca: &Arc<ClientCa>) -> bool {
+        Arc::ptr_eq(&self.ca.current(), ca)
+    }
+
+    /// [`authenticate`](Self::authenticate) against a given version of the CA bundle.
+    pub fn authenticate_with(
+        &self,
+        ca: &ClientCa,
+        chain: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> X509Outcome {
         let Some((leaf_der, intermediates)) = chain.split_first() else {
             return X509Outcome::NoCertificate;
         };
@@ -143,7 +170,7 @@ impl X509Authenticator {
         };
         let path = match leaf.verify_for_usage(
             self.algorithms,
-            &self.ca.anchors,
+            &ca.anchors,
             intermediates,
             now,
             webpki::KeyUsage::client_auth(),
@@ -154,13 +181,13 @@ impl X509Authenticator {
             Err(e) => return X509Outcome::Invalid(describe_failure(leaf_der, &e)),
         };
         let now_secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
-        let anchor_index = self.ca.anchors.iter().position(|a| {
+        let anchor_index = ca.anchors.iter().position(|a| {
             a.subject == path.anchor().subject
                 && a.subject_public_key_info == path.anchor().subject_public_key_info
         });
         let mut valid_until = i64::MAX;
         if let Some(i) = anchor_index {
-            let (not_before, not_after) = self.ca.anchor_validity[i];
+            let (not_before, not_after) = ca.anchor_validity[i];
             if now_secs < not_before || now_secs > not_after {
                 return X509Outcome::Invalid(describe_failure(
                     leaf_der,

@@ -15,6 +15,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::authn::User;
+use crate::reload::Reloadable;
 use attributes::KubeletAttributes;
 use node::NodeAuthorizer;
 use policy::PolicyAuthorizer;
@@ -82,7 +83,6 @@ pub enum AuthorizationError {
 }
 
 /// One authorizer of the chain. A closed set: an enum is simpler and faster than trait objects.
-#[derive(Debug)]
 pub enum Authorizer {
     /// Allows everything.
     AlwaysAllow,
@@ -90,8 +90,8 @@ pub enum Authorizer {
     AlwaysDeny,
     /// Node identities only on their own node.
     Node(NodeAuthorizer),
-    /// Local RBAC rules.
-    Policy(Arc<PolicyAuthorizer>),
+    /// Local RBAC rules, reloaded when their files change.
+    Policy(Arc<Reloadable<PolicyAuthorizer>>),
     /// SubjectAccessReview with the API server.
     Webhook(Arc<SubjectAccessReviewAuthorizer>),
 }
@@ -108,6 +108,11 @@ impl Authorizer {
         }
     }
 
+    /// Whether an error of this authorizer ends the chain (a webhook with `failurePolicy: Deny`).
+    fn stops_chain_on_error(&self) -> bool {
+        matches!(self, Authorizer::Webhook(webhook) if webhook.stops_chain_on_error())
+    }
+
     /// This authorizer's decision on one attribute set.
     pub async fn authorize(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
         Ok(match self {
@@ -116,14 +121,13 @@ impl Authorizer {
                 Decision::NoOpinion(Reason::Static("Everything is forbidden."))
             }
             Authorizer::Node(node) => node.authorize(attrs),
-            Authorizer::Policy(policy) => policy.authorize(attrs),
+            Authorizer::Policy(policy) => policy.current().authorize(attrs),
             Authorizer::Webhook(webhook) => return webhook.authorize(attrs).await,
         })
     }
 }
 
 /// Authorizers asked in order; the first `Allow` or `Deny` wins (union semantics).
-#[derive(Debug)]
 pub struct AuthorizerChain {
     authorizers: Vec<Authorizer>,
 }
@@ -132,6 +136,12 @@ impl AuthorizerChain {
     /// A chain of at least one authorizer.
     pub fn new(authorizers: Vec<Authorizer>) -> AuthorizerChain {
         AuthorizerChain { authorizers }
+    }
+
+    /// The authorizers' mode names, in order, e.g. `Node,Policy,Webhook`.
+    pub fn names(&self) -> String {
+        let names: Vec<&str> = self.authorizers.iter().map(Authorizer::name).collect();
+        names.join(",")
     }
 
     /// The chain's decision for one attribute set, with the name of the deciding authorizer
@@ -150,6 +160,7 @@ impl AuthorizerChain {
                     return Ok((decision, Some(authorizer.name())));
                 }
                 Ok(no_opinion) => last = no_opinion,
+                Err(e) if authorizer.stops_chain_on_error() => return Err(e),
                 Err(e) => error = Some(e),
             }
         }
@@ -302,8 +313,11 @@ subjects: [{kind: User, name: alice}]
 
     #[test]
     fn the_loop_falls_back_to_proxy_and_reports_which_subresource_allowed() {
-        let policy = PolicyAuthorizer::from_sources(&[("p.yaml".into(), PROXY_ONLY.into())])
-            .expect("policy loads");
+        let policy = Reloadable::load("policy", Vec::new(), |_| {
+            PolicyAuthorizer::from_sources(&[("p.yaml".into(), PROXY_ONLY.into())])
+                .map_err(|e| e.to_string())
+        })
+        .expect("policy loads");
         let chain = AuthorizerChain::new(vec![Authorizer::Policy(Arc::new(policy))]);
         let alice = user("alice", &[]);
         match decide(&chain, &alice, Method::GET, "/pods") {

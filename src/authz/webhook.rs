@@ -10,6 +10,7 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use super::{API_VERSION, Attributes, AuthorizationError, Decision, RESOURCE, Reason};
 use crate::apiserver::ApiServerClient;
 use crate::cache::{KeyHasher, ReviewCache};
+use crate::config::authorization::FailurePolicy;
 use crate::metrics::{Metrics, ReviewKind};
 
 /// The kubelet's SubjectAccessReview cache size.
@@ -23,6 +24,7 @@ const MAX_CACHEABLE_ATTRIBUTE_BYTES: usize = 10_000;
 pub struct SubjectAccessReviewAuthorizer {
     client: ApiServerClient,
     cache: ReviewCache<Decision>,
+    failure_policy: FailurePolicy,
 }
 
 impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
@@ -34,11 +36,13 @@ impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
 
 impl SubjectAccessReviewAuthorizer {
     /// `authorized_ttl` keeps allowed answers, `unauthorized_ttl` denied and no-opinion ones
-    /// (`--authorization-webhook-cache-authorized-ttl` / `-unauthorized-ttl`).
+    /// (`--authorization-webhook-cache-authorized-ttl` / `-unauthorized-ttl`); `failure_policy`
+    /// says whether a failed review stops the chain.
     pub fn new(
         client: ApiServerClient,
         authorized_ttl: Duration,
         unauthorized_ttl: Duration,
+        failure_policy: FailurePolicy,
         metrics: Arc<Metrics>,
     ) -> SubjectAccessReviewAuthorizer {
         let ttl = move |decision: &Decision| match decision {
@@ -53,7 +57,14 @@ impl SubjectAccessReviewAuthorizer {
                 ttl,
                 metrics,
             ),
+            failure_policy,
         }
+    }
+
+    /// Whether a failed review stops the chain (`failurePolicy: Deny`) instead of letting later
+    /// authorizers decide (`NoOpinion`).
+    pub fn stops_chain_on_error(&self) -> bool {
+        self.failure_policy == FailurePolicy::Deny
     }
 
     /// The API server's decision on `attrs`. A review that fails after its retries, or an answer

@@ -121,15 +121,19 @@ pub struct ProxyFlags {
     pub authentication_token_audiences: Vec<String>,
 
     /// Comma-separated authorizers tried in order; the first Allow or Deny wins: AlwaysAllow,
-    /// AlwaysDeny, Node, Policy, Webhook.
+    /// AlwaysDeny, Node, Policy, Webhook. Default: Webhook.
     #[arg(
         long,
         value_name = "MODES",
         value_delimiter = ',',
-        default_value = "Webhook",
         help_heading = "Authorization"
     )]
     pub authorization_mode: Vec<AuthorizationMode>,
+
+    /// An AuthorizationConfiguration (apiserver.config.k8s.io/v1) describing the authorizer chain,
+    /// instead of --authorization-mode and the --authorization-webhook-* flags.
+    #[arg(long, value_name = "FILE", help_heading = "Authorization")]
+    pub authorization_config: Option<PathBuf>,
 
     /// How long allowed SubjectAccessReview answers are cached.
     #[arg(long, value_name = "DURATION", default_value = "5m0s", value_parser = parse_go_duration, help_heading = "Authorization")]
@@ -188,6 +192,38 @@ pub struct ProxyFlags {
     /// answer). Transient failures are retried up to 5 attempts, as the kubelet does.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration, help_heading = "API server")]
     pub apiserver_request_timeout: Duration,
+
+    /// Write an audit.k8s.io/v1 Event (level Metadata) per request to this file; `-` for stdout.
+    #[arg(long, value_name = "FILE", help_heading = "Operations")]
+    pub audit_log_path: Option<PathBuf>,
+
+    /// Rotate the audit log when it reaches this many megabytes; 0 never rotates.
+    #[arg(
+        long,
+        value_name = "MB",
+        default_value_t = 0,
+        help_heading = "Operations"
+    )]
+    pub audit_log_maxsize: u64,
+
+    /// Keep at most this many rotated audit log files; 0 keeps them all.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        help_heading = "Operations"
+    )]
+    pub audit_log_maxbackup: u32,
+
+    /// The proxy's configuration file (kind ProxyConfiguration): every flag as a camelCase field.
+    /// Flags given on the command line override it.
+    #[arg(long, value_name = "FILE", help_heading = "Operations")]
+    pub config: Option<PathBuf>,
+
+    /// Take authentication, authorization and TLS settings from a KubeletConfiguration file
+    /// (kubelet.config.k8s.io/v1beta1), with its config-file defaults. --config and flags override it.
+    #[arg(long, value_name = "FILE", help_heading = "Operations")]
+    pub kubelet_config: Option<PathBuf>,
 
     /// Address for /healthz, /readyz and /metrics (plain HTTP; keep it on loopback).
     #[arg(

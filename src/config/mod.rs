@@ -2,7 +2,9 @@
 //! policies) into one typed [`Config`]. Every problem is a [`ConfigError`] that names the flag and,
 //! for files, the path, so `main` can print one clear line and exit with status 2.
 
+pub mod authorization;
 pub mod duration;
+pub mod file;
 pub mod flags;
 
 use std::net::SocketAddr;
@@ -14,6 +16,7 @@ use http::uri::{Authority, Uri};
 use rustls::pki_types::ServerName;
 
 use crate::apiserver::ApiServerClient;
+use crate::audit::{AuditLog, AuditTarget, Rotation};
 use crate::authn::Authenticator;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::{ClientCa, X509Authenticator};
@@ -24,7 +27,9 @@ use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
 use crate::metrics::Metrics;
 use crate::proxy::{ForwardOptions, Forwarder, UpstreamTarget};
+use crate::reload::{ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
+use authorization::{AuthorizerSpec, FailurePolicy, WebhookSpec};
 use flags::{AuthorizationMode, ProxyFlags};
 
 /// A configuration problem, reported before anything is served.
@@ -71,8 +76,9 @@ pub struct Config {
     pub listen_address: SocketAddr,
     /// Where /healthz, /readyz and /metrics are served.
     pub admin_listen_address: SocketAddr,
-    /// Serving TLS, client certificates requested when x509 authentication is on.
-    pub server_tls: Arc<rustls::ServerConfig>,
+    /// Serving TLS, client certificates requested when x509 authentication is on; rebuilt when
+    /// the certificate, key or client CA files change.
+    pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
     /// Who is calling.
     pub authenticator: Authenticator,
     /// May they do it.
@@ -91,6 +97,10 @@ pub struct Config {
     pub shutdown_grace_period: Duration,
     /// The metrics every part records into.
     pub metrics: Arc<Metrics>,
+    /// What to rebuild when files change, in dependency order.
+    pub reload_targets: Vec<Arc<dyn ReloadTarget>>,
+    /// Where audit events go, if anywhere.
+    pub audit: Option<AuditLog>,
 }
 
 impl Config {
@@ -98,12 +108,15 @@ impl Config {
     /// TokenReview or the Webhook mode needs it (it connects lazily, on the first review).
     pub async fn load(flags: &ProxyFlags) -> Result<Config, ConfigError> {
         let metrics = Arc::new(Metrics::new());
-        let needs_api_server = flags.authentication_token_webhook
-            || flags
-                .authorization_mode
-                .contains(&AuthorizationMode::Webhook);
-        let api_server = if needs_api_server {
-            Some(api_server_client(flags, Arc::clone(&metrics)).await?)
+        let specs = authorizer_specs(flags)?;
+        let mut clients = ApiServerClients::new(Arc::clone(&metrics));
+        let token_client = if flags.authentication_token_webhook {
+            Some(
+                clients
+                    .get(flags.kubeconfig.as_deref(), flags.apiserver_request_timeout)
+                    .await
+                    .map_err(|e| kubeconfig_error(flags, e))?,
+            )
         } else {
             None
         };
@@ -121,10 +134,9 @@ impl Config {
             .tls_private_key_file
             .as_deref()
             .ok_or_else(|| flag_error("--tls-private-key-file", "required"))?;
-        let cert_chain =
-            tls::read_certs(cert_path).map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
-        let key = tls::read_key(key_path)
-            .map_err(|e| file_error("--tls-private-key-file", key_path, e))?;
+        // Read once here for precise errors; the reloadable rebuilds from the same files.
+        tls::read_certs(cert_path).map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
+        tls::read_key(key_path).map_err(|e| file_error("--tls-private-key-file", key_path, e))?;
         let min_version = ciphers::parse_min_version(&flags.tls_min_version)
             .map_err(|e| flag_error("--tls-min-version", e))?;
         let cipher_suites = ciphers::select_suites(&flags.tls_cipher_suites)
@@ -133,34 +145,41 @@ impl Config {
             tracing::warn!("--tls-cipher-suites has no effect with --tls-min-version=VersionTLS13");
         }
 
+        let mut reload_targets: Vec<Arc<dyn ReloadTarget>> = Vec::new();
         let client_ca = match &flags.client_ca_file {
             Some(path) => {
-                Some(Arc::new(ClientCa::from_pem_file(path).map_err(|e| {
-                    file_error("--client-ca-file", path, e.to_string())
-                })?))
+                let ca = Reloadable::load("client_ca", vec![path.clone()], |paths| {
+                    ClientCa::from_pem_file(&paths[0]).map_err(|e| e.to_string())
+                })
+                .map_err(|e| file_error("--client-ca-file", path, e))?;
+                let ca = Arc::new(ca);
+                reload_targets.push(ca.clone());
+                Some(ca)
             }
             None => None,
         };
-        let hints = client_ca.as_ref().map(|ca| ca.hint_subjects());
-        let server_tls = tls::server_config(ServerTls {
-            cert_chain,
-            key,
-            min_version,
-            cipher_suites,
-            client_ca_hints: hints.as_deref(),
-        })
-        .map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
-        let tokens = match (&api_server, flags.authentication_token_webhook) {
-            (Some(client), true) => Some(Arc::new(
+        let server_tls = Arc::new(
+            serving_tls(
+                cert_path,
+                key_path,
+                min_version,
+                cipher_suites,
+                client_ca.clone(),
+            )
+            .map_err(|e| file_error("--tls-cert-file", cert_path, e))?,
+        );
+        reload_targets.push(server_tls.clone());
+        let tokens = match token_client {
+            Some(client) => Some(Arc::new(
                 TokenReviewAuthenticator::new(
-                    client.clone(),
+                    client,
                     flags.authentication_token_audiences.clone(),
                     flags.authentication_token_webhook_cache_ttl,
                     Arc::clone(&metrics),
                 )
                 .map_err(|e| flag_error("--authentication-token-webhook", e.to_string()))?,
             )),
-            _ => None,
+            None => None,
         };
         let authenticator = Authenticator::new(
             client_ca.map(X509Authenticator::new),
@@ -180,7 +199,14 @@ impl Config {
             admin_listen_address: flags.admin_listen_address,
             server_tls,
             authenticator,
-            authorizers: authorizers(flags, api_server.as_ref(), &metrics)?,
+            authorizers: build_authorizers(
+                flags,
+                specs,
+                &mut clients,
+                &metrics,
+                &mut reload_targets,
+            )
+            .await?,
             mapping: AttributeMapping {
                 fine_grained: flags.fine_grained_authz,
                 exec_requires_create: flags.exec_requires_create,
@@ -191,9 +217,28 @@ impl Config {
             header_read_timeout: flags.header_read_timeout,
             max_connections: flags.max_connections as usize,
             shutdown_grace_period: flags.shutdown_grace_period,
+            audit: audit_log(flags, &metrics)?,
             metrics,
+            reload_targets,
         })
     }
+}
+
+/// Opens `--audit-log-path` (creating the file), so that a bad path stops the start-up.
+fn audit_log(flags: &ProxyFlags, metrics: &Metrics) -> Result<Option<AuditLog>, ConfigError> {
+    let Some(path) = &flags.audit_log_path else {
+        return Ok(None);
+    };
+    AuditLog::open(
+        AuditTarget::from_flag(path.clone()),
+        Rotation {
+            max_size_mb: flags.audit_log_maxsize,
+            max_backups: flags.audit_log_maxbackup,
+        },
+        metrics.audit_dropped(),
+    )
+    .map(Some)
+    .map_err(|e| file_error("--audit-log-path", path, format!("cannot open: {e}")))
 }
 
 /// The kubelet's default node name: the hostname, lowercased.
@@ -207,19 +252,39 @@ fn default_node_name() -> Result<String, String> {
     Ok(name)
 }
 
-/// The API server client for TokenReview and SubjectAccessReview, from `--kubeconfig` or the
-/// in-cluster service account.
-async fn api_server_client(
-    flags: &ProxyFlags,
+/// API server clients by kubeconfig and timeout, so that TokenReview and the webhooks that share
+/// a connection share one client (and its connection pool).
+struct ApiServerClients {
     metrics: Arc<Metrics>,
-) -> Result<ApiServerClient, ConfigError> {
-    ApiServerClient::new(
-        flags.kubeconfig.as_deref(),
-        flags.apiserver_request_timeout,
-        metrics,
-    )
-    .await
-    .map_err(|e| match &flags.kubeconfig {
+    built: Vec<((Option<PathBuf>, Duration), ApiServerClient)>,
+}
+
+impl ApiServerClients {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        ApiServerClients {
+            metrics,
+            built: Vec::new(),
+        }
+    }
+
+    async fn get(
+        &mut self,
+        kubeconfig: Option<&Path>,
+        timeout: Duration,
+    ) -> Result<ApiServerClient, crate::apiserver::ApiClientError> {
+        let key = (kubeconfig.map(Path::to_owned), timeout);
+        if let Some((_, client)) = self.built.iter().find(|(k, _)| *k == key) {
+            return Ok(client.clone());
+        }
+        let client = ApiServerClient::new(kubeconfig, timeout, Arc::clone(&self.metrics)).await?;
+        self.built.push((key, client.clone()));
+        Ok(client)
+    }
+}
+
+/// A client error attributed to `--kubeconfig` (its file, or its absence).
+fn kubeconfig_error(flags: &ProxyFlags, e: crate::apiserver::ApiClientError) -> ConfigError {
+    match &flags.kubeconfig {
         Some(path) => file_error("--kubeconfig", path, e.to_string()),
         None => flag_error(
             "--kubeconfig",
@@ -227,33 +292,45 @@ async fn api_server_client(
                 "{e}; the API server is needed by --authentication-token-webhook and --authorization-mode=Webhook"
             ),
         ),
-    })
+    }
 }
 
-fn authorizers(
-    flags: &ProxyFlags,
-    api_server: Option<&ApiServerClient>,
-    metrics: &Arc<Metrics>,
-) -> Result<AuthorizerChain, ConfigError> {
+/// The authorizer chain as configured: from `--authorization-config`, or from
+/// `--authorization-mode` (default `Webhook`) and the flags that go with it.
+fn authorizer_specs(flags: &ProxyFlags) -> Result<Vec<AuthorizerSpec>, ConfigError> {
     const FLAG: &str = "--authorization-mode";
-    if flags.authorization_mode.is_empty() {
-        return Err(flag_error(
-            FLAG,
-            "no authorization mode specified (one or more of AlwaysAllow, AlwaysDeny, Node, Policy, Webhook)",
-        ));
+    if let Some(path) = &flags.authorization_config {
+        if !flags.authorization_mode.is_empty() {
+            return Err(flag_error(
+                FLAG,
+                "cannot be combined with --authorization-config",
+            ));
+        }
+        if !flags.authorization_policy_file.is_empty() {
+            return Err(flag_error(
+                "--authorization-policy-file",
+                "cannot be combined with --authorization-config (list the files in its Policy authorizer)",
+            ));
+        }
+        return authorization::load(path);
     }
-    let mut chain = Vec::with_capacity(flags.authorization_mode.len());
-    for (i, mode) in flags.authorization_mode.iter().enumerate() {
-        if flags.authorization_mode[..i].contains(mode) {
+    let modes = if flags.authorization_mode.is_empty() {
+        &[AuthorizationMode::Webhook][..]
+    } else {
+        &flags.authorization_mode[..]
+    };
+    let mut specs = Vec::with_capacity(modes.len());
+    for (i, mode) in modes.iter().enumerate() {
+        if modes[..i].contains(mode) {
             return Err(flag_error(
                 FLAG,
                 format!("mode {mode:?} is specified more than once"),
             ));
         }
-        chain.push(match mode {
-            AuthorizationMode::AlwaysAllow => Authorizer::AlwaysAllow,
-            AuthorizationMode::AlwaysDeny => Authorizer::AlwaysDeny,
-            AuthorizationMode::Node => Authorizer::Node(NodeAuthorizer),
+        specs.push(match mode {
+            AuthorizationMode::AlwaysAllow => AuthorizerSpec::AlwaysAllow,
+            AuthorizationMode::AlwaysDeny => AuthorizerSpec::AlwaysDeny,
+            AuthorizationMode::Node => AuthorizerSpec::Node,
             AuthorizationMode::Policy => {
                 if flags.authorization_policy_file.is_empty() {
                     return Err(flag_error(
@@ -261,39 +338,110 @@ fn authorizers(
                         "required by --authorization-mode=Policy",
                     ));
                 }
-                let policy = PolicyAuthorizer::load(&flags.authorization_policy_file)
-                    .map_err(|e| flag_error("--authorization-policy-file", e.to_string()))?;
-                let stats = policy.stats();
+                AuthorizerSpec::Policy(flags.authorization_policy_file.clone())
+            }
+            AuthorizationMode::Webhook => AuthorizerSpec::Webhook(WebhookSpec {
+                name: "webhook".into(),
+                kubeconfig: flags.kubeconfig.clone(),
+                timeout: flags.apiserver_request_timeout,
+                authorized_ttl: flags.authorization_webhook_cache_authorized_ttl,
+                unauthorized_ttl: flags.authorization_webhook_cache_unauthorized_ttl,
+                failure_policy: FailurePolicy::NoOpinion,
+            }),
+        });
+    }
+    if !flags.authorization_policy_file.is_empty() && !modes.contains(&AuthorizationMode::Policy) {
+        return Err(flag_error(
+            "--authorization-policy-file",
+            "given, but Policy is not in --authorization-mode",
+        ));
+    }
+    Ok(specs)
+}
+
+/// The serving configuration, rebuilt from the certificate, key and (for the advertised CA
+/// names) client CA files.
+fn serving_tls(
+    cert_path: &Path,
+    key_path: &Path,
+    min_version: ciphers::MinVersion,
+    cipher_suites: Vec<rustls::SupportedCipherSuite>,
+    client_ca: Option<Arc<Reloadable<ClientCa>>>,
+) -> Result<Reloadable<rustls::ServerConfig>, String> {
+    let mut paths = vec![cert_path.to_owned(), key_path.to_owned()];
+    if let Some(ca) = &client_ca {
+        paths.extend(ca.paths().iter().cloned());
+    }
+    Reloadable::load("serving_certificate", paths, move |paths| {
+        let cert_chain =
+            tls::read_certs(&paths[0]).map_err(|e| format!("{}: {e}", paths[0].display()))?;
+        let key = tls::read_key(&paths[1]).map_err(|e| format!("{}: {e}", paths[1].display()))?;
+        let hints = client_ca.as_ref().map(|ca| ca.current().hint_subjects());
+        tls::server_config(ServerTls {
+            cert_chain,
+            key,
+            min_version,
+            cipher_suites: cipher_suites.clone(),
+            client_ca_hints: hints.as_deref(),
+        })
+    })
+}
+
+async fn build_authorizers(
+    flags: &ProxyFlags,
+    specs: Vec<AuthorizerSpec>,
+    clients: &mut ApiServerClients,
+    metrics: &Arc<Metrics>,
+    reload_targets: &mut Vec<Arc<dyn ReloadTarget>>,
+) -> Result<AuthorizerChain, ConfigError> {
+    let mut chain = Vec::with_capacity(specs.len());
+    for spec in specs {
+        chain.push(match spec {
+            AuthorizerSpec::AlwaysAllow => Authorizer::AlwaysAllow,
+            AuthorizerSpec::AlwaysDeny => Authorizer::AlwaysDeny,
+            AuthorizerSpec::Node => Authorizer::Node(NodeAuthorizer),
+            AuthorizerSpec::Policy(files) => {
+                let flag = if flags.authorization_config.is_some() {
+                    "--authorization-config"
+                } else {
+                    "--authorization-policy-file"
+                };
+                let policy = Reloadable::load("policy", files, |paths| {
+                    PolicyAuthorizer::load(paths).map_err(|e| e.to_string())
+                })
+                .map_err(|e| flag_error(flag, e))?;
+                let stats = policy.current().stats();
                 tracing::info!(
                     cluster_roles = stats.cluster_roles,
                     cluster_role_bindings = stats.cluster_role_bindings,
                     rules = stats.rules,
                     "loaded local policy"
                 );
-                Authorizer::Policy(Arc::new(policy))
+                let policy = Arc::new(policy);
+                reload_targets.push(policy.clone());
+                Authorizer::Policy(policy)
             }
-            AuthorizationMode::Webhook => {
-                let client = api_server.ok_or_else(|| {
-                    flag_error(FLAG, "Webhook needs the API server client (--kubeconfig)")
-                })?;
+            AuthorizerSpec::Webhook(webhook) => {
+                let client = clients
+                    .get(webhook.kubeconfig.as_deref(), webhook.timeout)
+                    .await
+                    .map_err(|e| match &flags.authorization_config {
+                        Some(path) => file_error(
+                            "--authorization-config",
+                            path,
+                            format!("authorizer {:?}: {e}", webhook.name),
+                        ),
+                        None => kubeconfig_error(flags, e),
+                    })?;
                 Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
-                    client.clone(),
-                    flags.authorization_webhook_cache_authorized_ttl,
-                    flags.authorization_webhook_cache_unauthorized_ttl,
+                    client,
+                    webhook.authorized_ttl,
+                    webhook.unauthorized_ttl,
+                    webhook.failure_policy,
                     Arc::clone(metrics),
                 )))
             }
         });
-    }
-    if !flags.authorization_policy_file.is_empty()
-        && !flags
-            .authorization_mode
-            .contains(&AuthorizationMode::Policy)
-    {
-        return Err(flag_error(
-            "--authorization-policy-file",
-            "given, but Policy is not in --authorization-mode",
-        ));
     }
     Ok(AuthorizerChain::new(chain))
 }

@@ -146,7 +146,8 @@ impl Forwarder {
         let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
         if switched {
             let caller = caller_upgrade.ok_or(ForwardError::UnexpectedSwitchingProtocols)?;
-            upgrade::splice(caller, hyper::upgrade::on(&mut resp));
+            let ended = upgrade::splice(caller, hyper::upgrade::on(&mut resp));
+            resp.extensions_mut().insert(ended);
         }
         headers::sanitize_response_headers(resp.headers_mut(), switched);
         Ok(resp)

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 pub use error::{ForwardError, ProxyError};
 pub use forwarder::Forwarder;
+pub use upgrade::StreamEnded;
 
 /// Where the kubelet listens (`--upstream`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,8 +17,11 @@ const SWITCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// The task owns both connections and ends when the copy ends (both directions closed, or an
 /// I/O error on either side), or when the switch does not complete in time; dropping the
 /// connections closes them.
-pub(crate) fn splice(caller: OnUpgrade, kubelet: OnUpgrade) {
+pub(crate) fn splice(caller: OnUpgrade, kubelet: OnUpgrade) -> StreamEnded {
+    let (ended, on_end) = tokio::sync::watch::channel(());
     tokio::spawn(async move {
+        // Dropped when the task ends, however it ends, which resolves the receiver.
+        let _ended = ended;
         let both = async { tokio::try_join!(caller, kubelet) };
         let (caller, kubelet) = match tokio::time::timeout(SWITCH_TIMEOUT, both).await {
             Ok(Ok(pair)) => pair,
@@ -40,4 +43,17 @@ pub(crate) fn splice(caller: OnUpgrade, kubelet: OnUpgrade) {
             Err(err) => tracing::debug!(error = %err, "upgraded connection ended with an error"),
         }
     });
+    StreamEnded(on_end)
+}
+
+/// Resolves when a spliced upgrade (exec, attach, portForward session) has ended. The forwarder
+/// puts it in the extensions of the `101` response, so that the server can record the end.
+#[derive(Debug, Clone)]
+pub struct StreamEnded(tokio::sync::watch::Receiver<()>);
+
+impl StreamEnded {
+    /// Waits for the session to end (the splicing task drops its sender when it ends).
+    pub async fn wait(mut self) {
+        while self.0.changed().await.is_ok() {}
+    }
 }

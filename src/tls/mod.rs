@@ -71,7 +71,7 @@ pub struct ServerTls<'a> {
 
 /// Builds the serving configuration. With `client_ca_hints`, a client certificate is requested but
 /// never required, and only the handshake signature is checked (see [`RequestClientCert`]).
-pub fn server_config(settings: ServerTls<'_>) -> Result<Arc<ServerConfig>, String> {
+pub fn server_config(settings: ServerTls<'_>) -> Result<ServerConfig, String> {
     let builder =
         ServerConfig::builder_with_provider(Arc::new(provider_with(settings.cipher_suites)))
             .with_protocol_versions(versions(settings.min_version))
@@ -86,7 +86,7 @@ pub fn server_config(settings: ServerTls<'_>) -> Result<Arc<ServerConfig>, Strin
         .with_single_cert(settings.cert_chain, settings.key)
         .map_err(|e| format!("certificate and key do not form a usable pair: {e}"))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(Arc::new(config))
+    Ok(config)
 }
 
 /// Settings of the TLS client that talks to the kubelet.

@@ -8,6 +8,7 @@ mod support;
 mod admin;
 mod authorization;
 mod cli;
+mod delegated;
 mod forwarding;
 mod manifests;
 mod paths;

@@ -3,7 +3,7 @@
 //! (`ProxyFlags` → `Config::load` → `start`), on loopback ports chosen by the kernel.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Parser;
@@ -58,6 +58,7 @@ pub struct ProxySpec {
     args: Vec<String>,
     policy: Option<String>,
     client_ca: bool,
+    kubeconfig: Option<PathBuf>,
 }
 
 impl ProxySpec {
@@ -68,6 +69,7 @@ impl ProxySpec {
             args: args.iter().map(|a| (*a).to_owned()).collect(),
             policy: None,
             client_ca: true,
+            kubeconfig: None,
         }
     }
 
@@ -86,6 +88,13 @@ impl ProxySpec {
     /// Leaves `--client-ca-file` out (no x509 authentication; no certificate requested).
     pub fn without_client_ca(mut self) -> ProxySpec {
         self.client_ca = false;
+        self
+    }
+
+    /// Passes `path` as `--kubeconfig` (the stand-in API server's, for TokenReview and
+    /// SubjectAccessReview).
+    pub fn kubeconfig(mut self, path: &Path) -> ProxySpec {
+        self.kubeconfig = Some(path.to_owned());
         self
     }
 
@@ -149,6 +158,9 @@ impl ProxySpec {
                 "--authorization-policy-file={}",
                 dir.write("policy.yaml", policy).display()
             ));
+        }
+        if let Some(kubeconfig) = &self.kubeconfig {
+            args.push(format!("--kubeconfig={}", kubeconfig.display()));
         }
         args.extend(self.args);
 

@@ -1,7 +1,9 @@
 //! Helpers shared by the end-to-end scenarios: certificates made on the fly ([`pki`]), a TLS HTTP
 //! client that can present any chain with any key ([`client`]), and a harness that starts the
-//! stand-in kubelet and the real proxy on loopback from a real command line ([`harness`]).
+//! stand-in kubelet and the real proxy on loopback from a real command line ([`harness`]), and a
+//! stand-in API server answering TokenReviews and SubjectAccessReviews ([`apiserver`]).
 
+pub mod apiserver;
 pub mod client;
 pub mod harness;
 pub mod pki;

@@ -1,0 +1,253 @@
+//! Hot reload of the files the proxy serves from: the serving certificate and key, the client CA
+//! bundle, and the local policy files. Each is a [`Reloadable`] value swapped atomically when its
+//! files' contents change, so requests never wait on a lock and never see half a change. A
+//! broken new file keeps the old value in force, is logged, and is counted.
+//!
+//! Changes are noticed through inotify on the files' directories (which also sees Kubernetes'
+//! atomic `..data` symlink swaps of mounted Secrets and ConfigMaps) and, as a safety net, by a
+//! check every minute, as the kubelet re-checks its CA file.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use notify::{RecursiveMode, Watcher};
+use tokio::sync::{mpsc, watch};
+use tracing::{error, info, warn};
+
+use crate::metrics::{Metrics, ReloadResult};
+
+/// How often files are re-checked without a change notification.
+const RECHECK_INTERVAL: Duration = Duration::from_secs(60);
+/// Changes are applied this long after the last notification, so that a certificate and its key
+/// written one after the other are read together.
+const SETTLE_DELAY: Duration = Duration::from_millis(200);
+
+type Build<T> = Box<dyn Fn(&[PathBuf]) -> Result<T, String> + Send + Sync>;
+
+/// A value built from files, rebuilt when their contents change.
+pub struct Reloadable<T> {
+    target: &'static str,
+    paths: Vec<PathBuf>,
+    current: ArcSwap<T>,
+    /// SHA-256 over the files' contents at the last successful build; only the reload task
+    /// takes this lock.
+    fingerprint: Mutex<[u8; 32]>,
+    build: Build<T>,
+}
+
+impl<T> Reloadable<T> {
+    /// Builds the first value; an error here is a configuration error.
+    pub fn load(
+        target: &'static str,
+        paths: Vec<PathBuf>,
+        build: impl Fn(&[PathBuf]) -> Result<T, String> + Send + Sync + 'static,
+    ) -> Result<Reloadable<T>, String> {
+        let fingerprint = fingerprint(&paths)?;
+        let value = build(&paths)?;
+        Ok(Reloadable {
+            target,
+            paths,
+            current: ArcSwap::from_pointee(value),
+            fingerprint: Mutex::new(fingerprint),
+            build: Box::new(build),
+        })
+    }
+
+    /// The value in force: a lock-free load, cheap enough for every request.
+    pub fn current(&self) -> arc_swap::Guard<Arc<T>> {
+        self.current.load()
+    }
+
+    /// The value in force, as an owned `Arc`.
+    pub fn current_arc(&self) -> Arc<T> {
+        self.current.load_full()
+    }
+}
+
+/// What a reload check did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reload {
+    /// The files are as before.
+    Unchanged,
+    /// The files changed and the new value is in force.
+    Applied,
+    /// The files changed but could not be used; the old value stays in force.
+    Failed(String),
+}
+
+/// Something [`watch_files`] keeps up to date.
+pub trait ReloadTarget: Send + Sync {
+    /// What it is, for logs and metrics: `serving_certificate`, `client_ca`, `policy`.
+    fn target(&self) -> &'static str;
+    /// The files it is built from.
+    fn paths(&self) -> &[PathBuf];
+    /// Rebuilds it if its files changed.
+    fn reload_if_changed(&self) -> Reload;
+}
+
+impl<T: Send + Sync> ReloadTarget for Reloadable<T> {
+    fn target(&self) -> &'static str {
+        self.target
+    }
+
+    fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
+    fn reload_if_changed(&self) -> Reload {
+        let Ok(mut last) = self.fingerprint.lock() else {
+            return Reload::Failed("reload state poisoned".into());
+        };
+        let now = match fingerprint(&self.paths) {
+            Ok(now) => now,
+            Err(e) => return Reload::Failed(e),
+        };
+        if now == *last {
+            return Reload::Unchanged;
+        }
+        match (self.build)(&self.paths) {
+            Ok(value) => {
+                self.current.store(Arc::new(value));
+                *last = now;
+                Reload::Applied
+            }
+            Err(e) => Reload::Failed(e),
+        }
+    }
+}
+
+/// SHA-256 over every file's contents, length-prefixed, in order.
+fn fingerprint(paths: &[PathBuf]) -> Result<[u8; 32], String> {
+    let mut hasher = crate::cache::KeyHasher::sha256();
+    for path in paths {
+        let bytes =
+            std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        hasher.field(&bytes);
+    }
+    Ok(hasher.finish())
+}
+
+/// Checks every target, in order (the client CA before the serving configuration that
+/// advertises it), logging and counting what happened.
+pub fn reload_all(targets: &[Arc<dyn ReloadTarget>], metrics: &Metrics) {
+    for target in targets {
+        match target.reload_if_changed() {
+            Reload::Unchanged => {}
+            Reload::Applied => {
+                info!(target = target.target(), "reloaded");
+                metrics.observe_reload(target.target(), ReloadResult::Applied);
+            }
+            Reload::Failed(reason) => {
+                error!(target = target.target(), %reason, "reload failed; keeping the previous version");
+                metrics.observe_reload(target.target(), ReloadResult::Failed);
+            }
+        }
+    }
+}
+
+/// The directories to watch: each file's own directory and, when the file is a symlink, the
+/// directory its target lives in.
+fn watched_directories(targets: &[Arc<dyn ReloadTarget>]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    let mut add = |dir: Option<&Path>| {
+        if let Some(dir) = dir {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            if !dirs.iter().any(|d| d == dir) {
+                dirs.push(dir.to_owned());
+            }
+        }
+    };
+    for target in targets {
+        for path in target.paths() {
+            add(path.parent());
+            if let Ok(resolved) = std::fs::canonicalize(path) {
+                add(resolved.parent());
+            }
+        }
+    }
+    dirs
+}
+
+/// Keeps `targets` up to date until `stop` turns true.
+pub async fn watch_files(
+    targets: Vec<Arc<dyn ReloadTarget>>,
+    metrics: Arc<Metrics>,
+    mut stop: watch::Receiver<bool>,
+) {
+    if targets.is_empty() {
+        return;
+    }
+    let (tx, mut changes) = mpsc::channel::<()>(1);
+    let watcher = notify::recommended_watcher(move |_event| {
+        // One pending notification is enough: the reload reads every file anyway.
+        let _ = tx.try_send(());
+    });
+    let mut watcher = match watcher {
+        Ok(watcher) => Some(watcher),
+        Err(e) => {
+            warn!(error = %e, "cannot watch files; changes are picked up every minute");
+            None
+        }
+    };
+    if let Some(watcher) = watcher.as_mut() {
+        for dir in watched_directories(&targets) {
+            if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                warn!(dir = %dir.display(), error = %e, "cannot watch directory; changes are picked up every minute");
+            }
+        }
+    }
+    let mut recheck = tokio::time::interval(RECHECK_INTERVAL);
+    recheck.tick().await;
+    loop {
+        tokio::select! {
+            Some(()) = changes.recv() => {
+                tokio::time::sleep(SETTLE_DELAY).await;
+                while changes.try_recv().is_ok() {}
+            }
+            _ = recheck.tick() => {}
+            _ = stop.changed() => return,
+        }
+        let (targets, metrics) = (targets.clone(), Arc::clone(&metrics));
+        // Reading and parsing files blocks; keep it off the request threads.
+        let _ = tokio::task::spawn_blocking(move || reload_all(&targets, &metrics)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_broken_file_keeps_the_old_value_and_a_fixed_one_is_applied() {
+        let dir = std::env::temp_dir().join(format!("kap-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("n.txt");
+        std::fs::write(&file, "1").unwrap();
+        let value = Reloadable::load("number", vec![file.clone()], |paths| {
+            let text = std::fs::read_to_string(&paths[0]).map_err(|e| e.to_string())?;
+            text.trim().parse::<u32>().map_err(|e| e.to_string())
+        })
+        .unwrap();
+        assert_eq!(**value.current(), 1);
+        assert_eq!(value.reload_if_changed(), Reload::Unchanged);
+
+        std::fs::write(&file, "two").unwrap();
+        assert!(matches!(value.reload_if_changed(), Reload::Failed(_)));
+        assert_eq!(**value.current(), 1, "the old value stays in force");
+
+        std::fs::write(&file, "2").unwrap();
+        assert_eq!(value.reload_if_changed(), Reload::Applied);
+        assert_eq!(**value.current(), 2);
+
+        std::fs::remove_file(&file).unwrap();
+        assert!(matches!(value.reload_if_changed(), Reload::Failed(_)));
+        assert_eq!(**value.current(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
