@@ -5,26 +5,29 @@
 //! KubeletConfiguration uses only documented fields, and `--version` names the build's commit.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
-use clap::Args as _;
+use clap::{Args as _, FromArgMatches as _};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use kubelet_auth_proxy::Config;
 use kubelet_auth_proxy::authn::User;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
 use kubelet_auth_proxy::authz::{Attributes, Decision};
 use kubelet_auth_proxy::config::duration::parse_go_duration;
+use kubelet_auth_proxy::config::file as config_file;
 use kubelet_auth_proxy::config::flags::ProxyFlags;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::support::TempDir;
 use crate::support::harness::parse_flags;
 use crate::support::pki::{Authority, CertSpec};
+use crate::support::{STEP_TIMEOUT, TempDir};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BINARY: &str = env!("CARGO_BIN_EXE_kubelet-auth-proxy");
@@ -298,10 +301,12 @@ fn camel_case(flag: &str) -> String {
     name
 }
 
-/// Files standing in for the ones an example command line names, so that `Config::load` can
-/// read them: certificates from a throwaway CA, a kubeconfig, and the real policies.
+/// Files standing in for the ones an example command line names, so that the proxy can load
+/// them: certificates from a throwaway CA, a kubeconfig, and the real policies.
 struct StandInFiles {
     dir: TempDir,
+    /// Numbers the files written, so that two flags never share one.
+    written: AtomicUsize,
     ca: String,
     serving: (String, String),
     client: (String, String),
@@ -314,6 +319,7 @@ impl StandInFiles {
         let client = ca.issue(&CertSpec::client("kubelet-auth-proxy"));
         StandInFiles {
             dir: TempDir::new("manifests"),
+            written: AtomicUsize::new(0),
             ca: ca.pem(),
             serving: (serving.chain_pem(), serving.key_pem()),
             client: (client.chain_pem(), client.key_pem()),
@@ -337,51 +343,81 @@ impl StandInFiles {
         .to_string()
     }
 
-    /// `args` with every file replaced by a stand-in with the content its flag needs, and the
-    /// listen addresses moved to free loopback ports. A file flag this does not know fails the
-    /// test: extend it rather than skip the file.
+    /// The value a stand-in command line gives `flag` in place of `value`: a file with the
+    /// content the flag needs, a free loopback port for listen addresses, the shipped file for a
+    /// policy. A file flag this does not know fails the test: extend it rather than skip the file.
+    fn stand_in(&self, flag: &str, value: &str) -> String {
+        let write = |content: &str| {
+            let n = self.written.fetch_add(1, Ordering::Relaxed);
+            let name = format!("{n}-{flag}");
+            self.dir.write(&name, content).display().to_string()
+        };
+        match flag {
+            "listen-address" | "admin-listen-address" => "127.0.0.1:0".to_owned(),
+            "tls-cert-file" => write(&self.serving.0),
+            "tls-private-key-file" => write(&self.serving.1),
+            "upstream-ca-file" | "client-ca-file" => write(&self.ca),
+            "upstream-client-cert-file" => write(&self.client.0),
+            "upstream-client-key-file" => write(&self.client.1),
+            "kubeconfig" => write(&self.kubeconfig()),
+            "audit-log-path" if value != "-" => {
+                self.dir.path().join("audit.log").display().to_string()
+            }
+            "authorization-policy-file" => {
+                let name = Path::new(value).file_name().unwrap();
+                let shipped = file("config/policy").join(name);
+                assert!(shipped.is_file(), "{value}: no such file in config/policy");
+                shipped.display().to_string()
+            }
+            _ if value.starts_with('/') => {
+                panic!("--{flag}={value}: a file this test cannot stand in for")
+            }
+            _ => value.to_owned(),
+        }
+    }
+
+    /// `args` with every value replaced by its stand-in.
     fn rewrite(&self, args: &[String]) -> Vec<String> {
         args.iter()
-            .enumerate()
-            .map(|(index, arg)| {
-                let Some((flag, value)) = arg.split_once('=') else {
-                    return arg.clone();
-                };
-                let stand_in = |content: &str| {
-                    let name = format!("{index}-{}", flag.trim_start_matches('-'));
-                    self.dir.write(&name, content).display().to_string()
-                };
-                let value = match flag {
-                    "--listen-address" | "--admin-listen-address" => "127.0.0.1:0".to_owned(),
-                    "--tls-cert-file" => stand_in(&self.serving.0),
-                    "--tls-private-key-file" => stand_in(&self.serving.1),
-                    "--upstream-ca-file" | "--client-ca-file" => stand_in(&self.ca),
-                    "--upstream-client-cert-file" => stand_in(&self.client.0),
-                    "--upstream-client-key-file" => stand_in(&self.client.1),
-                    "--kubeconfig" => stand_in(&self.kubeconfig()),
-                    "--authorization-policy-file" => {
-                        let name = Path::new(value).file_name().unwrap();
-                        let shipped = file("config/policy").join(name);
-                        assert!(shipped.is_file(), "{arg}: no such file in config/policy");
-                        shipped.display().to_string()
-                    }
-                    _ if value.starts_with('/') => {
-                        panic!("{arg}: a file this test cannot stand in for")
-                    }
-                    _ => value.to_owned(),
-                };
-                format!("{flag}={value}")
-            })
+            .map(
+                |arg| match arg.strip_prefix("--").and_then(|a| a.split_once('=')) {
+                    Some((flag, value)) => format!("--{flag}={}", self.stand_in(flag, value)),
+                    None => arg.clone(),
+                },
+            )
             .collect()
     }
 
-    /// Loads the configuration `args` describe, as the binary would at start-up.
-    async fn load(&self, what: &str, args: &[String]) -> Config {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let flags = parse_flags(&self.rewrite(args)).unwrap_or_else(|e| panic!("{what}: {e}"));
-        Config::load(&flags)
-            .await
-            .unwrap_or_else(|e| panic!("{what}: {e}"))
+    /// Runs `kubelet-auth-proxy check-config` on `args` (already rewritten): it validates the flags
+    /// and loads every file they name, exactly as a start would, without serving.
+    fn check(&self, what: &str, args: &[String]) {
+        let stderr = self.dir.path().join("check-config.stderr");
+        let mut child = Command::new(BINARY)
+            .arg("check-config")
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + STEP_TIMEOUT;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{what}: check-config still running after {STEP_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(
+            status.success(),
+            "{what}: check-config {args:?} exited with {status}: {}",
+            std::fs::read_to_string(&stderr).unwrap_or_default()
+        );
     }
 }
 
@@ -483,8 +519,8 @@ fn unit_setting<'a>(settings: &'a [(String, String)], key: &str) -> &'a str {
     value
 }
 
-#[tokio::test]
-async fn the_systemd_environment_file_is_a_command_line_the_proxy_starts_with() {
+#[test]
+fn the_systemd_environment_file_is_a_command_line_the_proxy_starts_with() {
     let unit = unit_settings(&read(&file("systemd/kubelet-auth-proxy.service")));
     assert_eq!(unit_setting(&unit, "Type"), "notify");
     assert_eq!(
@@ -532,8 +568,13 @@ async fn the_systemd_environment_file_is_a_command_line_the_proxy_starts_with() 
         flags.shutdown_grace_period
     );
 
+    // The audit log lies in the one directory the unit lets the proxy write.
+    let logs = Path::new("/var/log").join(unit_setting(&unit, "LogsDirectory"));
+    let audit = flags.audit_log_path.as_ref().expect("an audit log");
+    assert!(audit.starts_with(&logs), "{}", audit.display());
+
     let files = StandInFiles::new();
-    files.load("environment file", &args).await;
+    files.check("environment file", &files.rewrite(&args));
 }
 
 #[test]
@@ -595,8 +636,8 @@ fn daemonset_args(container: &Container) -> Vec<String> {
     )
 }
 
-#[tokio::test]
-async fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
+#[test]
+fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
     let daemonset = daemonset();
     let container = proxy_container(&daemonset);
     assert_eq!(
@@ -714,7 +755,7 @@ async fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts
     let files = StandInFiles::new();
     let mut args = args;
     args.push("--kubeconfig=/etc/kubelet-auth-proxy/kubeconfig".to_owned());
-    files.load("DaemonSet", &args).await;
+    files.check("DaemonSet", &files.rewrite(&args));
 }
 
 /// `#key: value` lines of `proxy.yaml`: optional settings, shown commented out.
@@ -731,35 +772,32 @@ fn commented_out_settings(text: &str) -> String {
         .collect()
 }
 
-/// The command line a `ProxyConfiguration` mapping stands for.
-fn command_line(settings: &serde_json::Map<String, Value>) -> Vec<String> {
-    let flags: BTreeMap<String, String> = flag_names()
-        .into_iter()
-        .map(|flag| (camel_case(&flag), flag))
-        .collect();
-    let mut args = Vec::new();
-    for (key, value) in settings {
-        let flag = flags
-            .get(key)
-            .unwrap_or_else(|| panic!("{key}: no such flag (flags: {:?})", flags.keys()));
-        let values = match value {
-            Value::Array(items) => items.clone(),
-            scalar => vec![scalar.clone()],
-        };
-        for value in values {
-            let text = match value {
-                Value::String(text) => text,
-                Value::Bool(_) | Value::Number(_) => value.to_string(),
-                other => panic!("{key}: {other} is not a flag value"),
-            };
-            args.push(format!("--{flag}={text}"));
-        }
-    }
-    args
+/// Flags that cannot appear in a configuration file: the files themselves.
+const NOT_IN_CONFIG: &[&str] = &["config", "kubelet-config"];
+
+/// Parses a command line of just `--config=<path>` as the binary does: the file expanded into
+/// flags, then parsed.
+fn parse_config_file(path: &Path) -> Result<ProxyFlags, String> {
+    let args: Vec<OsString> = vec![
+        "kubelet-auth-proxy".into(),
+        format!("--config={}", path.display()).into(),
+    ];
+    let command = ProxyFlags::augment_args(clap::Command::new("kubelet-auth-proxy"));
+    let matches = command
+        .clone()
+        .try_get_matches_from(&args)
+        .map_err(|e| e.to_string())?;
+    let expanded = config_file::expand(&command, &matches, &args, 1)
+        .map_err(|e| e.to_string())?
+        .expect("--config is given");
+    let matches = command
+        .try_get_matches_from(expanded)
+        .map_err(|e| e.to_string())?;
+    ProxyFlags::from_arg_matches(&matches).map_err(|e| e.to_string())
 }
 
-#[tokio::test]
-async fn proxy_yaml_sets_every_flag_by_its_camel_case_name() {
+#[test]
+fn proxy_yaml_sets_every_flag_by_its_camel_case_name_and_starts_the_proxy() {
     let path = file("config/proxy.yaml");
     let text = read(&path);
     let mut documents = documents(&path);
@@ -767,20 +805,26 @@ async fn proxy_yaml_sets_every_flag_by_its_camel_case_name() {
     let Value::Object(mut settings) = documents.remove(0) else {
         panic!("proxy.yaml is not a mapping");
     };
+    let header = [
+        ("apiVersion", settings.remove("apiVersion")),
+        ("kind", settings.remove("kind")),
+    ];
     assert_eq!(
-        settings.remove("apiVersion"),
-        Some("kubelet-auth-proxy/v1alpha1".into())
+        header[0].1,
+        Some(config_file::PROXY_CONFIG_API_VERSION.into())
     );
-    assert_eq!(settings.remove("kind"), Some("ProxyConfiguration".into()));
+    assert_eq!(header[1].1, Some(config_file::PROXY_CONFIG_KIND.into()));
     let Value::Object(optional) =
         serde_saphyr::from_str::<Value>(&commented_out_settings(&text)).unwrap()
     else {
         panic!("commented-out settings are not a mapping");
     };
 
+    // Complete: every flag that a file may set is set or shown commented out.
     let named: BTreeSet<&String> = settings.keys().chain(optional.keys()).collect();
     let missing: Vec<String> = flag_names()
         .iter()
+        .filter(|flag| !NOT_IN_CONFIG.contains(&flag.as_str()))
         .map(|flag| camel_case(flag))
         .filter(|key| !named.contains(key))
         .collect();
@@ -792,15 +836,55 @@ async fn proxy_yaml_sets_every_flag_by_its_camel_case_name() {
         );
     }
 
-    let args = command_line(&settings);
-    let flags = parse_flags(&args).unwrap_or_else(|e| panic!("proxy.yaml: {e}"));
+    // The file as the binary reads it.
+    let flags = parse_config_file(&path).unwrap_or_else(|e| panic!("proxy.yaml: {e}"));
     assert_names_every_policy("proxy.yaml", &flags);
-    let mut with_optional = args.clone();
-    with_optional.extend(command_line(&optional));
-    parse_flags(&with_optional).unwrap_or_else(|e| panic!("proxy.yaml, commented out: {e}"));
-
     let files = StandInFiles::new();
-    files.load("proxy.yaml", &args).await;
+    let mut commented = serde_json::Map::from_iter(
+        header
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), value.clone().unwrap())),
+    );
+    commented.extend(optional);
+    let commented_path = files
+        .dir
+        .write("commented-out.yaml", Value::Object(commented).to_string());
+    parse_config_file(&commented_path)
+        .unwrap_or_else(|e| panic!("proxy.yaml, commented-out settings: {e}"));
+
+    // The same file with stand-in files loads.
+    let mut stand_in = serde_json::Map::from_iter(
+        header
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), value.clone().unwrap())),
+    );
+    for (key, value) in settings {
+        let flag = flag_names()
+            .into_iter()
+            .find(|flag| camel_case(flag) == key)
+            .unwrap();
+        let value = match value {
+            Value::String(text) => Value::String(files.stand_in(&flag, &text)),
+            Value::Array(items) => Value::Array(
+                items
+                    .into_iter()
+                    .map(|item| match item {
+                        Value::String(text) => Value::String(files.stand_in(&flag, &text)),
+                        other => other,
+                    })
+                    .collect(),
+            ),
+            other => other,
+        };
+        stand_in.insert(key, value);
+    }
+    let stand_in_path = files
+        .dir
+        .write("proxy.yaml", Value::Object(stand_in).to_string());
+    files.check(
+        "proxy.yaml",
+        &[format!("--config={}", stand_in_path.display())],
+    );
 }
 
 #[test]
@@ -811,15 +895,6 @@ fn camel_case_names_follow_the_flags() {
         "authorizationWebhookCacheAuthorizedTtl"
     );
     assert_eq!(camel_case("v"), "v");
-    let settings = serde_json::json!({"authorizationMode": ["Node", "Webhook"], "v": 2});
-    assert_eq!(
-        command_line(settings.as_object().unwrap()),
-        [
-            "--authorization-mode=Node",
-            "--authorization-mode=Webhook",
-            "--v=2"
-        ]
-    );
 }
 
 // --- The kubelet behind the proxy ------------------------------------------------------------
@@ -922,10 +997,7 @@ fn documents_of(relative: &str) -> Value {
 
 #[test]
 fn version_names_the_release_and_the_commit_it_was_built_from() {
-    let output = std::process::Command::new(BINARY)
-        .arg("--version")
-        .output()
-        .unwrap();
+    let output = Command::new(BINARY).arg("--version").output().unwrap();
     assert!(output.status.success());
     let commit = env!("KUBELET_AUTH_PROXY_COMMIT");
     assert_eq!(
