@@ -35,6 +35,7 @@ pub mod proxy;
 pub mod reload;
 pub mod responses;
 pub mod server;
+pub mod systemd;
 pub mod tls;
 
 pub use config::{Config, ConfigError};

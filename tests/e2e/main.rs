@@ -10,6 +10,7 @@ mod authorization;
 mod cli;
 mod delegated;
 mod forwarding;
+mod manifests;
 mod paths;
 mod tls_front;
 mod upgrades;
