@@ -110,6 +110,7 @@ fn init_logging(format: LogFormat, verbosity: u8) {
         .unwrap_or_else(|_| EnvFilter::new(format!("warn,kubelet_auth_proxy={default_level}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
