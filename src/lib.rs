@@ -18,7 +18,10 @@
 //! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades.
 //! - [`reload`]: certificates, the client CA and policies swapped in when their files change.
 //! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener.
-//! - [`config`]: flags → validated, loaded [`config::Config`]; [`demo`]: the self-contained tour.
+//! - [`audit`]: one `audit.k8s.io/v1` event per request, written off the request path.
+//! - [`systemd`]: readiness and stopping notifications for `Type=notify` units.
+//! - [`config`]: flags and configuration files → validated, loaded [`config::Config`];
+//!   [`demo`]: the self-contained tour.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -35,16 +38,24 @@ pub mod proxy;
 pub mod reload;
 pub mod responses;
 pub mod server;
+pub mod systemd;
 pub mod tls;
 
 pub use config::{Config, ConfigError};
 pub use server::{RunningProxy, start};
 
-/// Serves until SIGINT or SIGTERM, then shuts down gracefully.
+/// Serves until SIGINT or SIGTERM, then shuts down gracefully, telling systemd (when it started
+/// the proxy as a `Type=notify` service) when serving begins and when draining starts.
 pub async fn run(config: Config) -> std::io::Result<()> {
     let proxy = start(config).await?;
+    if let Err(e) = systemd::notify_ready() {
+        tracing::warn!(error = %e, "cannot tell systemd the proxy is ready");
+    }
     wait_for_signal().await?;
     tracing::info!("shutting down");
+    if let Err(e) = systemd::notify_stopping() {
+        tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
+    }
     proxy.shutdown().await;
     Ok(())
 }

@@ -11,11 +11,20 @@ use kubelet_auth_proxy::config::flags::{LogFormat, ProxyFlags};
 use kubelet_auth_proxy::{Config, demo};
 use tracing_subscriber::EnvFilter;
 
+/// `--version` text: the release and the commit it was built from (set by `build.rs`), so a bug
+/// report or an inventory names the exact code running on a node.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KUBELET_AUTH_PROXY_COMMIT"),
+    ")"
+);
+
 /// Authenticating, authorizing reverse proxy for the kubelet API.
 #[derive(Debug, Parser)]
 #[command(
     name = "kubelet-auth-proxy",
-    version,
+    version = VERSION,
     args_conflicts_with_subcommands = true
 )]
 struct Cli {
@@ -101,6 +110,7 @@ fn init_logging(format: LogFormat, verbosity: u8) {
         .unwrap_or_else(|_| EnvFilter::new(format!("warn,kubelet_auth_proxy={default_level}")));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),

@@ -11,6 +11,7 @@ mod authorization;
 mod cli;
 mod delegated;
 mod forwarding;
+mod manifests;
 mod paths;
 mod reload;
 mod shutdown;

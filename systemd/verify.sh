@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Checks kubelet-auth-proxy.service as CI does, in a scratch root under target/ (nothing is
+# installed on this machine, no root needed):
+#   - systemd-analyze verify: syntax, directives, the ExecStart binary. It exits 0 on an unknown or
+#     misspelt directive and only warns, so any output at all is a failure here;
+#   - systemd-analyze security --offline: the hardening must keep the exposure at or below 2.0;
+#   - systemd-sysusers --dry-run: the sysusers.d snippet creates the service user.
+# Needs systemd 252 or newer (Debian 12: apt-get install -y --no-install-recommends systemd).
+# Usage: systemd/verify.sh target/debug/kubelet-auth-proxy
+set -euo pipefail
+
+binary=${1:?usage: $0 path/to/kubelet-auth-proxy}
+here=$(cd "$(dirname "$0")" && pwd)
+scratch_parent=${CARGO_TARGET_DIR:-$here/../target}
+mkdir -p "$scratch_parent"
+root=$(mktemp -d "$scratch_parent/systemd-verify.XXXXXX")
+trap 'rm -rf "$root"' EXIT
+
+# The targets the unit refers to (network-online.target, multi-user.target, ...) must exist in
+# the root too.
+for units in /usr/lib/systemd/system /lib/systemd/system; do
+  if [ -d "$units" ]; then break; fi
+done
+mkdir -p "$root/usr/local/bin" "$root/usr/lib/systemd" "$root/etc/systemd/system"
+cp -r "$units" "$root/usr/lib/systemd/system"
+# A hard link when the binary is on the same filesystem (a debug binary is large).
+ln "$binary" "$root/usr/local/bin/kubelet-auth-proxy" 2>/dev/null ||
+  cp "$binary" "$root/usr/local/bin/kubelet-auth-proxy"
+cp "$here/kubelet-auth-proxy.service" "$root/etc/systemd/system/"
+
+echo "systemd-analyze verify kubelet-auth-proxy.service"
+if ! output=$(systemd-analyze verify --root="$root" kubelet-auth-proxy.service 2>&1) ||
+  [ -n "$output" ]; then
+  echo "$output" >&2
+  exit 1
+fi
+
+echo "systemd-analyze security --offline kubelet-auth-proxy.service"
+systemd-analyze security --offline=yes --threshold=20 --no-pager --root="$root" \
+  kubelet-auth-proxy.service | tail -n 1
+
+echo "systemd-sysusers --dry-run kubelet-auth-proxy.sysusers"
+systemd-sysusers --root="$root" --dry-run "$here/kubelet-auth-proxy.sysusers"
