@@ -9,6 +9,7 @@ mod admin;
 mod audit;
 mod authorization;
 mod cli;
+mod config_files;
 mod delegated;
 mod forwarding;
 mod manifests;

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use http::StatusCode;
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixDatagram};
 
 use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
 
@@ -221,4 +221,49 @@ async fn sigterm_drains_the_binary_which_exits_0() {
         "SIGTERM with an exec session and a followed log open: exited 0 after {:?} (grace period 2s)",
         terminated.elapsed()
     );
+}
+
+/// The next datagram on the notification socket, as text (bounded).
+async fn notification(socket: &UnixDatagram) -> String {
+    let mut buffer = [0u8; 1024];
+    let n = within("a notification to systemd", socket.recv(&mut buffer))
+        .await
+        .unwrap();
+    String::from_utf8(buffer[..n].to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn systemd_is_told_ready_once_serving_and_stopping_at_sigterm() {
+    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
+        .await
+        .unwrap();
+    let dir = TempDir::new("notify");
+    let ca = Authority::root("sd_notify CA");
+    let socket_path = dir.path().join("notify.sock");
+    let socket = UnixDatagram::bind(&socket_path).unwrap();
+    let config = proxy_config(
+        &dir,
+        &ca,
+        &format!("http://{}", kubelet.addr().unwrap()),
+        "",
+    );
+    let mut proxy = ProxyProcess::start(
+        &dir,
+        "proxy",
+        &["--config".to_owned(), config],
+        &[("NOTIFY_SOCKET", socket_path.as_os_str())],
+    )
+    .await;
+
+    let ready = notification(&socket).await;
+    assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
+    // Ready means serving: a request right away is answered.
+    let alice = client(&ca, proxy.addr(), "alice", H2_AND_HTTP1);
+    assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
+
+    proxy.terminate();
+    let stopping = notification(&socket).await;
+    assert!(stopping.lines().any(|l| l == "STOPPING=1"), "{stopping:?}");
+    assert!(!stopping.lines().any(|l| l == "READY=1"), "{stopping:?}");
+    assert_eq!(proxy.wait().await.code(), Some(0), "{}", proxy.stderr());
 }
