@@ -4,7 +4,14 @@
 //! changes; broken files keep the previous version in force. Every change must be picked up
 //! without a restart, and no request of the load may fail.
 
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
 use http::StatusCode;
+use notify::event::{AccessKind, EventKind};
+use notify::{RecursiveMode, Watcher};
 
 use crate::support::client::{
     ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,
@@ -43,6 +50,17 @@ async fn failed_reload(h: &Harness, target: &str, before: f64) {
         (reloads(h, target, "failed").await > before).then_some(())
     })
     .await;
+}
+
+/// Replaces `path` at once (a new file renamed over it), as `sed -i`, config management and
+/// Kubernetes volumes do. Policy files are replaced this way here: a reload can read a file
+/// rewritten in place between its truncation and its new contents, and an empty file is a valid
+/// policy with no rules, so every request would be denied until the next reload (and for good if
+/// the new contents are broken). The watcher bug below makes such reads frequent.
+fn replace_file(path: &Path, contents: &str) {
+    let staged = path.with_extension("staged");
+    std::fs::write(&staged, contents).unwrap();
+    std::fs::rename(&staged, path).unwrap();
 }
 
 /// `GET path` on an open connection.
@@ -237,7 +255,7 @@ async fn a_policy_change_grants_and_revokes_without_a_restart() {
         StatusCode::OK
     );
 
-    std::fs::write(h.policy_file(), policy_with_log_reader("dave")).unwrap();
+    replace_file(&h.policy_file(), &policy_with_log_reader("dave"));
     let dave = &dave;
     eventually("the new grant takes effect", || async move {
         (dave.get("/logs/messages").await.status == StatusCode::OK).then_some(())
@@ -367,7 +385,7 @@ async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
         role,
     ] {
         let failed = reloads(&h, "policy", "failed").await;
-        std::fs::write(h.policy_file(), broken).unwrap();
+        replace_file(&h.policy_file(), broken);
         failed_reload(&h, "policy", failed).await;
         assert_eq!(
             erin.get("/logs/messages").await.status,
@@ -383,7 +401,7 @@ async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
     }
 
     let applied = reloads(&h, "policy", "applied").await;
-    std::fs::write(h.policy_file(), policy_with_log_reader("dave")).unwrap();
+    replace_file(&h.policy_file(), &policy_with_log_reader("dave"));
     let dave = &dave;
     eventually("the fixed policy is applied", || async move {
         (dave.get("/logs/messages").await.status == StatusCode::OK).then_some(())
@@ -397,5 +415,67 @@ async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
 
     load.advance(20).await;
     load.stop().await.assert_no_failures("broken policy");
+    h.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "library bug: the file watcher reacts to IN_OPEN (notify's default inotify mask), so \
+            each reload's own reads of the watched files trigger the next reload: after any \
+            change (or any process merely opening a file in a watched directory) the proxy re-reads \
+            and hashes its files every ~200 ms forever; a policy rewritten in place is then \
+            sometimes read truncated (empty = no rules) and requests are denied"]
+async fn the_files_are_not_read_again_while_nothing_changes() {
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .start()
+        .await;
+    // Opens of the proxy's files, by anyone: only the proxy reads them.
+    let opens = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&opens);
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if let Ok(event) = event
+            && matches!(event.kind, EventKind::Access(AccessKind::Open(_)))
+        {
+            counted.fetch_add(1, Ordering::SeqCst);
+        }
+    })
+    .unwrap();
+    watcher
+        .watch(h.dir.path(), RecursiveMode::NonRecursive)
+        .unwrap();
+
+    let alice = h.user("alice", &[]);
+    // A request lets the proxy's tasks run, its file watcher included.
+    assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
+    let rotated = h.ca.issue(&CertSpec::server().common_name("rotated-once"));
+    std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
+    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
+    wait_for_serving(&alice, &rotated, "rotated-once").await;
+
+    // Nothing changes from here on, so nothing needs reading (the safety-net check is once a
+    // minute). The property is about a stretch of time, so it is observed over one: one reload
+    // cycle (8 opens) may still be pending; the bug shows as about 20 opens a second.
+    let before = opens.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_opens = opens.load(Ordering::SeqCst) - before;
+    assert!(
+        idle_opens <= 8,
+        "the proxy opened its files {idle_opens} times in 2 s while nothing changed"
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
+#[ignore = "library bug (minor): the files are read by Config::load, but the watcher is only set up \
+            when its task first runs; a change in between is missed until the once-a-minute check \
+            (in process, everything up to the caller's first await after start())"]
+async fn a_change_right_after_start_is_picked_up() {
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .start()
+        .await;
+    let rotated =
+        h.ca.issue(&CertSpec::server().common_name("rotated-at-start"));
+    std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
+    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
+    wait_for_serving(&h.user("alice", &[]), &rotated, "rotated-at-start").await;
     h.shutdown().await;
 }
