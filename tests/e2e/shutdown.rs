@@ -2,7 +2,8 @@
 //! binary (SIGTERM): `/readyz` turns 503 while draining, requests already in flight (held inside
 //! the proxy, so they are in flight for certain) finish normally, new connections are refused once
 //! the listener is closed, and the proxy stops; streams that outlive the grace period (an exec
-//! session, a followed log) keep working during it and are closed at its end.
+//! session, a followed log) keep working during it and are closed at its end. Under systemd the
+//! binary reports `READY=1` once serving and `STOPPING=1` when draining begins.
 
 use std::net::SocketAddr;
 use std::time::Instant;
