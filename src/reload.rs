@@ -174,6 +174,19 @@ fn watched_directories(targets: &[Arc<dyn ReloadTarget>]) -> Vec<PathBuf> {
     dirs
 }
 
+/// Whether an event can mean new file contents. Reads (`Access`, which includes the opens of the
+/// reload itself) and metadata changes cannot; reacting to them would make every reload trigger
+/// the next.
+fn changes_contents(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
+    use notify::event::ModifyKind;
+    match kind {
+        EventKind::Access(_) | EventKind::Modify(ModifyKind::Metadata(_)) => false,
+        EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) => true,
+        EventKind::Any | EventKind::Other => true,
+    }
+}
+
 /// Keeps `targets` up to date until `stop` turns true.
 pub async fn watch_files(
     targets: Vec<Arc<dyn ReloadTarget>>,
@@ -184,9 +197,11 @@ pub async fn watch_files(
         return;
     }
     let (tx, mut changes) = mpsc::channel::<()>(1);
-    let watcher = notify::recommended_watcher(move |_event| {
-        // One pending notification is enough: the reload reads every file anyway.
-        let _ = tx.try_send(());
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok_and(|event| changes_contents(&event.kind)) {
+            // One pending notification is enough: the reload reads every file anyway.
+            let _ = tx.try_send(());
+        }
     });
     let mut watcher = match watcher {
         Ok(watcher) => Some(watcher),

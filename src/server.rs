@@ -59,6 +59,9 @@ struct Pipeline {
     /// Upgraded streams (exec, attach, portForward) still open. hyper's graceful shutdown stops
     /// tracking a connection once it is upgraded, so shutdown waits on this count as well.
     open_streams: watch::Sender<usize>,
+    /// Turns true when the shutdown grace period is over: connections and streams still open
+    /// are then closed.
+    force_close: watch::Sender<bool>,
 }
 
 /// The response header that names a request's audit event, as kube-apiserver sets it.
@@ -142,6 +145,7 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
         metrics,
         audit: config.audit.clone(),
         open_streams: watch::channel(0).0,
+        force_close: watch::channel(false).0,
     });
     info!(%addr, %admin_addr, "serving the kubelet API");
     let server = tokio::spawn(accept_loop(
@@ -238,6 +242,7 @@ async fn accept_loop(
             grace_period = ?limits.grace_period,
             "requests or streams still open after the shutdown grace period; closing them"
         );
+        pipeline.force_close.send_replace(true);
     }
 }
 
@@ -264,6 +269,7 @@ async fn serve_connection(
             return;
         }
     };
+    let mut force_close = pipeline.force_close.subscribe();
     let identity = Arc::new(
         pipeline
             .authenticator
@@ -277,8 +283,14 @@ async fn serve_connection(
     let conn = http
         .serve_connection_with_upgrades(TokioIo::new(tls), service)
         .into_owned();
-    if let Err(e) = watcher.watch(conn).await {
-        debug!(%peer, error = %e, "connection ended with an error");
+    tokio::select! {
+        result = watcher.watch(conn) => {
+            if let Err(e) = result {
+                debug!(%peer, error = %e, "connection ended with an error");
+            }
+        }
+        // Dropping the connection closes it.
+        _ = force_close.wait_for(|closing| *closing) => {}
     }
 }
 
@@ -381,8 +393,12 @@ impl Pipeline {
         self.open_streams.send_modify(|n| *n += 1);
         self.metrics.streams().inc();
         let (open_streams, metrics) = (self.open_streams.clone(), Arc::clone(&self.metrics));
+        let mut force_close = self.force_close.subscribe();
         tokio::spawn(async move {
-            stream.wait().await;
+            tokio::select! {
+                () = stream.clone().wait() => {}
+                _ = force_close.wait_for(|closing| *closing) => stream.close(),
+            }
             open_streams.send_modify(|n| *n -= 1);
             metrics.streams().dec();
         });

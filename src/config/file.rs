@@ -550,8 +550,16 @@ pub fn expand(
         let long = format!("--{}=", id.replace('_', "-"));
         from_config.iter().any(|a| a.starts_with(&long))
     };
+    // An AuthorizationConfiguration, from either place, replaces the KubeletConfiguration's
+    // authorization settings as it replaces --authorization-mode.
+    let authorization_config =
+        on_command_line("authorization_config") || in_config("authorization_config");
     let from_kubelet = match kubelet_config {
-        Some(path) => kubelet_config_args(path, &|id| on_command_line(id) || in_config(id))?,
+        Some(path) => kubelet_config_args(path, &|id| {
+            on_command_line(id)
+                || in_config(id)
+                || (authorization_config && id.starts_with("authorization_"))
+        })?,
         None => Vec::new(),
     };
     let mut expanded = Vec::with_capacity(args.len() + from_config.len() + from_kubelet.len());

@@ -19,7 +19,7 @@ const SWITCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// connections closes them.
 pub(crate) fn splice(caller: OnUpgrade, kubelet: OnUpgrade) -> StreamEnded {
     let (ended, on_end) = tokio::sync::watch::channel(());
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         // Dropped when the task ends, however it ends, which resolves the receiver.
         let _ended = ended;
         let both = async { tokio::try_join!(caller, kubelet) };
@@ -43,17 +43,28 @@ pub(crate) fn splice(caller: OnUpgrade, kubelet: OnUpgrade) -> StreamEnded {
             Err(err) => tracing::debug!(error = %err, "upgraded connection ended with an error"),
         }
     });
-    StreamEnded(on_end)
+    StreamEnded {
+        ended: on_end,
+        task: task.abort_handle(),
+    }
 }
 
 /// Resolves when a spliced upgrade (exec, attach, portForward session) has ended. The forwarder
 /// puts it in the extensions of the `101` response, so that the server can record the end.
 #[derive(Debug, Clone)]
-pub struct StreamEnded(tokio::sync::watch::Receiver<()>);
+pub struct StreamEnded {
+    ended: tokio::sync::watch::Receiver<()>,
+    task: tokio::task::AbortHandle,
+}
 
 impl StreamEnded {
     /// Waits for the session to end (the splicing task drops its sender when it ends).
     pub async fn wait(mut self) {
-        while self.0.changed().await.is_ok() {}
+        while self.ended.changed().await.is_ok() {}
+    }
+
+    /// Ends the session now, closing both connections (shutdown after the grace period).
+    pub fn close(&self) {
+        self.task.abort();
     }
 }
