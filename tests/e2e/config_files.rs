@@ -474,10 +474,6 @@ nodeName: node-a
 }
 
 #[tokio::test]
-#[ignore = "library bug: --kubelet-config always expands to --authorization-mode (the kubelet's \
-            default Webhook included), so adding --authorization-config (flag or authorizationConfig \
-            in --config) fails with '--authorization-mode: cannot be combined with \
-            --authorization-config', a flag the operator never gave; the explicit setting should win"]
 async fn the_authorization_config_overrides_the_kubelet_configs_authorization_mode() {
     let files = Files::new("authorization-over-kubelet").await;
     let kubelet = files.kubelet_config("kubelet.yaml", "  mode: AlwaysAllow", "");

@@ -5,8 +5,8 @@
 //! counted and kept for the report.
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::StatusCode;
@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use super::client::{
     ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,
 };
-use super::within;
+use super::{STEP_TIMEOUT, within};
 
 /// Between two requests of one worker: keeps the load from starving the rest of a shared machine.
 const PAUSE: Duration = Duration::from_millis(5);
@@ -73,11 +73,19 @@ impl LoadReport {
     }
 }
 
+/// What every worker updates as it goes, so that a stalled load can say why.
+#[derive(Default)]
+struct Progress {
+    ok: AtomicU64,
+    failed: AtomicU64,
+    last_failure: Mutex<Option<String>>,
+}
+
 /// Running background traffic; [`Load::stop`] ends it and reports.
 pub struct Load {
     stop: watch::Sender<bool>,
     workers: Vec<JoinHandle<WorkerReport>>,
-    ok: Arc<AtomicU64>,
+    progress: Arc<Progress>,
 }
 
 impl Load {
@@ -91,7 +99,7 @@ impl Load {
         expected: &str,
     ) -> Load {
         let (stop, stopped) = watch::channel(false);
-        let ok = Arc::new(AtomicU64::new(0));
+        let progress = Arc::new(Progress::default());
         let mut workers = Vec::new();
         for (alpn, name) in [(H2_AND_HTTP1, "h2"), (HTTP1_ONLY, "http/1.1")] {
             let client = Client::configured(root, addr, identity.clone(), alpn, ANY_TLS);
@@ -102,22 +110,32 @@ impl Load {
                     reuse,
                     (path.to_owned(), expected.to_owned()),
                     stopped.clone(),
-                    Arc::clone(&ok),
+                    Arc::clone(&progress),
                 )));
             }
         }
-        Load { stop, workers, ok }
+        Load {
+            stop,
+            workers,
+            progress,
+        }
     }
 
-    /// Waits (bounded) until `n` more requests have succeeded: traffic really flows now.
+    /// Waits until `n` more requests have succeeded: traffic really flows now. Panics, with the
+    /// failures seen, when that takes longer than [`STEP_TIMEOUT`].
     pub async fn advance(&self, n: u64) {
-        let target = self.ok.load(Ordering::SeqCst) + n;
-        within(&format!("{n} more requests of the load"), async {
-            while self.ok.load(Ordering::SeqCst) < target {
-                tokio::time::sleep(PAUSE).await;
+        let target = self.progress.ok.load(Ordering::SeqCst) + n;
+        let deadline = tokio::time::Instant::now() + STEP_TIMEOUT;
+        while self.progress.ok.load(Ordering::SeqCst) < target {
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "the load did not make {n} more requests in {STEP_TIMEOUT:?}; {} failed so far, the last: {:?}",
+                    self.progress.failed.load(Ordering::SeqCst),
+                    self.progress.last_failure.lock().unwrap()
+                );
             }
-        })
-        .await;
+            tokio::time::sleep(PAUSE).await;
+        }
     }
 
     /// Stops the workers (each finishes the request it is in) and adds up what they saw.
@@ -153,13 +171,16 @@ async fn worker(
     reuse: Reuse,
     (path, expected): (String, String),
     stop: watch::Receiver<bool>,
-    ok: Arc<AtomicU64>,
+    progress: Arc<Progress>,
 ) -> WorkerReport {
     let mut report = WorkerReport::default();
     let fail = |report: &mut WorkerReport, what: String| {
+        let what = format!("{name}: {what}");
         report.failed += 1;
+        progress.failed.fetch_add(1, Ordering::SeqCst);
+        *progress.last_failure.lock().unwrap() = Some(what.clone());
         if report.failures.len() < KEPT_FAILURES {
-            report.failures.push(format!("{name}: {what}"));
+            report.failures.push(what);
         }
     };
     let mut open: Option<Connection> = None;
@@ -188,7 +209,7 @@ async fn worker(
         match reply {
             Ok(reply) if reply.status == StatusCode::OK && reply.text().contains(&expected) => {
                 report.ok += 1;
-                ok.fetch_add(1, Ordering::SeqCst);
+                progress.ok.fetch_add(1, Ordering::SeqCst);
             }
             Ok(reply) => fail(
                 &mut report,
