@@ -118,12 +118,17 @@ impl<T: Send + Sync> ReloadTarget for Reloadable<T> {
     }
 }
 
-/// SHA-256 over every file's contents, length-prefixed, in order.
+/// SHA-256 over every file's contents, length-prefixed, in order. An empty file is an error: it
+/// is almost always a file caught between truncation and write (`cat >`, an editor), and applying
+/// it would, for a policy, refuse every request.
 fn fingerprint(paths: &[PathBuf]) -> Result<[u8; 32], String> {
     let mut hasher = crate::cache::KeyHasher::sha256();
     for path in paths {
         let bytes =
             std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        if bytes.is_empty() {
+            return Err(format!("{}: the file is empty", path.display()));
+        }
         hasher.field(&bytes);
     }
     Ok(hasher.finish())
@@ -187,50 +192,69 @@ fn changes_contents(kind: &notify::EventKind) -> bool {
     }
 }
 
-/// Keeps `targets` up to date until `stop` turns true.
-pub async fn watch_files(
+/// Keeps `targets` up to date: the directories are watched from [`FileWatcher::new`] on, so
+/// nothing written after it returns is missed.
+pub struct FileWatcher {
     targets: Vec<Arc<dyn ReloadTarget>>,
-    metrics: Arc<Metrics>,
-    mut stop: watch::Receiver<bool>,
-) {
-    if targets.is_empty() {
-        return;
-    }
-    let (tx, mut changes) = mpsc::channel::<()>(1);
-    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok_and(|event| changes_contents(&event.kind)) {
-            // One pending notification is enough: the reload reads every file anyway.
-            let _ = tx.try_send(());
-        }
-    });
-    let mut watcher = match watcher {
-        Ok(watcher) => Some(watcher),
-        Err(e) => {
-            warn!(error = %e, "cannot watch files; changes are picked up every minute");
-            None
-        }
-    };
-    if let Some(watcher) = watcher.as_mut() {
-        for dir in watched_directories(&targets) {
-            if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
-                warn!(dir = %dir.display(), error = %e, "cannot watch directory; changes are picked up every minute");
+    /// Kept alive for as long as changes are wanted; dropping it ends the inotify watches.
+    _watcher: Option<notify::RecommendedWatcher>,
+    changes: mpsc::Receiver<()>,
+}
+
+impl FileWatcher {
+    /// Starts watching the targets' directories. Watch failures are logged; the once-a-minute
+    /// check still applies.
+    pub fn new(targets: Vec<Arc<dyn ReloadTarget>>) -> FileWatcher {
+        let (tx, changes) = mpsc::channel::<()>(1);
+        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok_and(|event| changes_contents(&event.kind)) {
+                // One pending notification is enough: the reload reads every file anyway.
+                let _ = tx.try_send(());
+            }
+        });
+        let mut watcher = match watcher {
+            Ok(watcher) => Some(watcher),
+            Err(e) => {
+                warn!(error = %e, "cannot watch files; changes are picked up every minute");
+                None
+            }
+        };
+        if let Some(watcher) = watcher.as_mut() {
+            for dir in watched_directories(&targets) {
+                if let Err(e) = watcher.watch(&dir, RecursiveMode::NonRecursive) {
+                    warn!(dir = %dir.display(), error = %e, "cannot watch directory; changes are picked up every minute");
+                }
             }
         }
-    }
-    let mut recheck = tokio::time::interval(RECHECK_INTERVAL);
-    recheck.tick().await;
-    loop {
-        tokio::select! {
-            Some(()) = changes.recv() => {
-                tokio::time::sleep(SETTLE_DELAY).await;
-                while changes.try_recv().is_ok() {}
-            }
-            _ = recheck.tick() => {}
-            _ = stop.changed() => return,
+        FileWatcher {
+            targets,
+            _watcher: watcher,
+            changes,
         }
-        let (targets, metrics) = (targets.clone(), Arc::clone(&metrics));
-        // Reading and parsing files blocks; keep it off the request threads.
-        let _ = tokio::task::spawn_blocking(move || reload_all(&targets, &metrics)).await;
+    }
+
+    /// Applies changes until `stop` turns true. Checks once at the start, for anything written
+    /// between the first load of the files and the start of the watch.
+    pub async fn run(mut self, metrics: Arc<Metrics>, mut stop: watch::Receiver<bool>) {
+        if self.targets.is_empty() {
+            return;
+        }
+        let first = tokio::time::Instant::now() + RECHECK_INTERVAL;
+        let mut recheck = tokio::time::interval_at(first, RECHECK_INTERVAL);
+        loop {
+            let (targets, reload_metrics) = (self.targets.clone(), Arc::clone(&metrics));
+            // Reading and parsing files blocks; keep it off the request threads.
+            let _ =
+                tokio::task::spawn_blocking(move || reload_all(&targets, &reload_metrics)).await;
+            tokio::select! {
+                Some(()) = self.changes.recv() => {
+                    tokio::time::sleep(SETTLE_DELAY).await;
+                    while self.changes.try_recv().is_ok() {}
+                }
+                _ = recheck.tick() => {}
+                _ = stop.changed() => return,
+            }
+        }
     }
 }
 

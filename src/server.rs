@@ -131,11 +131,8 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
         .timer(TokioTimer::new())
         .max_concurrent_streams(250);
     let serving_tls = Arc::clone(&config.server_tls);
-    tokio::spawn(crate::reload::watch_files(
-        config.reload_targets,
-        Arc::clone(&metrics),
-        shutdown_rx.clone(),
-    ));
+    let watcher = crate::reload::FileWatcher::new(config.reload_targets);
+    tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown_rx.clone()));
     let pipeline = Arc::new(Pipeline {
         authenticator: config.authenticator,
         authorizers: config.authorizers,

@@ -460,9 +460,6 @@ async fn the_files_are_not_read_again_while_nothing_changes() {
 }
 
 #[tokio::test]
-#[ignore = "library bug (minor): the files are read by Config::load, but the watcher is only set up \
-            when its task first runs; a change in between is missed until the once-a-minute check \
-            (in process, everything up to the caller's first await after start())"]
 async fn a_change_right_after_start_is_picked_up() {
     let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
         .start()
@@ -476,10 +473,6 @@ async fn a_change_right_after_start_is_picked_up() {
 }
 
 #[tokio::test]
-#[ignore = "library bug: a policy file read empty on reload (an in-place rewrite caught between \
-            truncation and write, e.g. `cat > policy.yaml` or an editor) is applied as a policy with \
-            no rules, denying every request until the next write; the kubelet's dynamic \
-            certificates treat empty content as an error and keep the previous version"]
 async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
     let h = ProxySpec::new(&["--authorization-mode=Policy"])
         .policy(&policy_with_log_reader("erin"))
