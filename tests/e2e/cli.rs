@@ -2,52 +2,11 @@
 //! line naming the flag (and the file), and `demo --once` tours the proxy and exits 0.
 
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::TempDir;
 use crate::support::pki::{Authority, CertSpec};
-
-const BINARY: &str = env!("CARGO_BIN_EXE_kubelet-auth-proxy");
-
-struct Finished {
-    status: ExitStatus,
-    stderr: String,
-}
-
-/// Runs the binary with `args` and waits at most `limit` for it to exit (it is killed and the test
-/// fails otherwise). Output goes to files, so a chatty process can never block on a full pipe.
-async fn run(dir: &TempDir, name: &str, args: &[String], limit: Duration) -> Finished {
-    let stdout = dir.path().join(format!("{name}.stdout"));
-    let stderr = dir.path().join(format!("{name}.stderr"));
-    let mut child = Command::new(BINARY)
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&stdout).unwrap())
-        .stderr(std::fs::File::create(&stderr).unwrap())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "{name}: still running after {limit:?}; stderr: {}",
-                std::fs::read_to_string(&stderr).unwrap_or_default()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    Finished {
-        status,
-        stderr: std::fs::read_to_string(&stderr).unwrap(),
-    }
-}
+use crate::support::process::{run, run_within};
 
 /// Files of a configuration that would start: serving certificate and key, client CA.
 struct Files {
@@ -95,13 +54,7 @@ fn command_line(files: &Files, overrides: &[String]) -> Vec<String> {
 async fn assert_config_errors(files: &Files, cases: &[(Vec<String>, Vec<String>)]) {
     for (i, (overrides, words)) in cases.iter().enumerate() {
         let args = command_line(files, overrides);
-        let done = run(
-            &files.dir,
-            &format!("case{i}"),
-            &args,
-            Duration::from_secs(20),
-        )
-        .await;
+        let done = run(&files.dir, &format!("case{i}"), &args).await;
         assert_eq!(
             done.status.code(),
             Some(2),
@@ -208,13 +161,7 @@ async fn bad_flag_values_exit_2_naming_the_flag() {
     .enumerate()
     {
         let args = command_line(&files, &[arg.to_owned()]);
-        let done = run(
-            &files.dir,
-            &format!("flag{i}"),
-            &args,
-            Duration::from_secs(20),
-        )
-        .await;
+        let done = run(&files.dir, &format!("flag{i}"), &args).await;
         assert_eq!(done.status.code(), Some(2), "{arg}: {}", done.stderr);
         let first = done.stderr.lines().next().unwrap_or_default();
         assert!(first.contains(flag), "{arg}: {first:?}");
@@ -224,7 +171,7 @@ async fn bad_flag_values_exit_2_naming_the_flag() {
 #[tokio::test]
 async fn demo_once_exits_0() {
     let dir = TempDir::new("demo");
-    let done = run(
+    let done = run_within(
         &dir,
         "demo",
         &["demo".to_owned(), "--once".to_owned()],

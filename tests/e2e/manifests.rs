@@ -7,9 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use clap::{Args as _, FromArgMatches as _};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -27,7 +27,7 @@ use serde_json::Value;
 
 use crate::support::harness::parse_flags;
 use crate::support::pki::{Authority, CertSpec};
-use crate::support::{STEP_TIMEOUT, TempDir};
+use crate::support::{TempDir, process};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 const BINARY: &str = env!("CARGO_BIN_EXE_kubelet-auth-proxy");
@@ -391,32 +391,18 @@ impl StandInFiles {
     /// Runs `kubelet-auth-proxy check-config` on `args` (already rewritten): it validates the flags
     /// and loads every file they name, exactly as a start would, without serving.
     fn check(&self, what: &str, args: &[String]) {
-        let stderr = self.dir.path().join("check-config.stderr");
-        let mut child = Command::new(BINARY)
-            .arg("check-config")
-            .args(args)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&stderr).unwrap())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + STEP_TIMEOUT;
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("{what}: check-config still running after {STEP_TIMEOUT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let mut command = vec!["check-config".to_owned()];
+        command.extend_from_slice(args);
+        let done = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(process::run(&self.dir, "check-config", &command));
         assert!(
-            status.success(),
-            "{what}: check-config {args:?} exited with {status}: {}",
-            std::fs::read_to_string(&stderr).unwrap_or_default()
+            done.status.success(),
+            "{what}: check-config {args:?} exited with {}: {}",
+            done.status,
+            done.stderr
         );
     }
 }

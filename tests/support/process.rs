@@ -30,8 +30,13 @@ pub struct Finished {
 /// Runs the binary with `args` to completion (killed, and the test failed, after
 /// [`STEP_TIMEOUT`]).
 pub async fn run(dir: &TempDir, name: &str, args: &[String]) -> Finished {
+    run_within(dir, name, args, STEP_TIMEOUT).await
+}
+
+/// [`run`] with a longer bound, for commands that legitimately take longer (the demo).
+pub async fn run_within(dir: &TempDir, name: &str, args: &[String], limit: Duration) -> Finished {
     let mut process = Spawned::spawn(dir, name, args, &[]);
-    let status = process.wait().await;
+    let status = process.wait_within(limit).await;
     Finished {
         status,
         stdout: process.stdout(),
@@ -80,7 +85,11 @@ impl Spawned {
 
     /// Waits for the exit, at most [`STEP_TIMEOUT`]; kills the child and fails otherwise.
     async fn wait(&mut self) -> ExitStatus {
-        let deadline = Instant::now() + STEP_TIMEOUT;
+        self.wait_within(STEP_TIMEOUT).await
+    }
+
+    async fn wait_within(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status;
@@ -89,7 +98,7 @@ impl Spawned {
                 let _ = self.child.kill();
                 let _ = self.child.wait();
                 panic!(
-                    "{}: still running after {STEP_TIMEOUT:?}; stderr: {}",
+                    "{}: still running after {limit:?}; stderr: {}",
                     self.name,
                     self.stderr()
                 );
