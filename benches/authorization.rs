@@ -12,13 +12,15 @@ use http::Method;
 use tokio::runtime::Runtime;
 
 use kubelet_auth_proxy::authn::User;
+use kubelet_auth_proxy::authn::token::token_cache_key;
 use kubelet_auth_proxy::authz::attributes::{AttributeMapping, kubelet_attributes};
 use kubelet_auth_proxy::authz::node::NodeAuthorizer;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
+use kubelet_auth_proxy::authz::webhook::review_cache_key;
 use kubelet_auth_proxy::authz::{
     Attributes, Authorizer, AuthorizerChain, Decision, RequestDecision, authorize_request,
 };
-use kubelet_auth_proxy::cache::{CacheKey, KeyHasher, ReviewCache, random_hmac_key};
+use kubelet_auth_proxy::cache::{KeyHasher, ReviewCache, random_hmac_key};
 use kubelet_auth_proxy::canonical_path::{PathCheck, check_path};
 use kubelet_auth_proxy::metrics::{Metrics, ReviewKind};
 use kubelet_auth_proxy::reload::Reloadable;
@@ -251,29 +253,6 @@ fn policy_evaluation(c: &mut Criterion) {
     group.finish();
 }
 
-/// The SubjectAccessReview cache key, field for field as the `Webhook` authorizer builds it.
-fn review_key(attrs: &Attributes<'_>) -> CacheKey {
-    let user = attrs.user;
-    let mut key = KeyHasher::sha256();
-    key.field(attrs.verb.as_bytes())
-        .field(attrs.subresource.as_bytes())
-        .field(attrs.name.as_bytes())
-        .field(user.name.as_bytes())
-        .field(user.uid.as_bytes())
-        .count(user.groups.len());
-    for group in &user.groups {
-        key.field(group.as_bytes());
-    }
-    key.count(user.extra.len());
-    for (name, values) in &user.extra {
-        key.field(name.as_bytes()).count(values.len());
-        for value in values {
-            key.field(value.as_bytes());
-        }
-    }
-    key.finish()
-}
-
 /// A bound service-account token's shape and size: three base64url parts, about 1 KB.
 fn service_account_token() -> String {
     let part = |len: usize| -> String {
@@ -326,18 +305,10 @@ fn review_cache(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("cache");
     group.bench_function("key/subject_access_review", |b| {
-        b.iter(|| review_key(black_box(&attrs)))
+        b.iter(|| review_cache_key(black_box(&attrs)))
     });
     group.bench_function("key/token", |b| {
-        b.iter(|| {
-            let mut key = KeyHasher::hmac(&hmac_key);
-            key.field(black_box(&token).as_bytes())
-                .count(audiences.len());
-            for audience in &audiences {
-                key.field(audience.as_bytes());
-            }
-            key.finish()
-        })
+        b.iter(|| token_cache_key(&hmac_key, black_box(&token), &audiences))
     });
 
     let runtime = current_thread_runtime();
@@ -347,7 +318,7 @@ fn review_cache(c: &mut Criterion) {
         |_| Duration::from_secs(300),
         Arc::new(Metrics::new()),
     );
-    let warm = review_key(&attrs);
+    let warm = review_cache_key(&attrs);
     runtime.block_on(async {
         for i in 0..1_000u32 {
             let mut other = KeyHasher::sha256();

@@ -16,7 +16,7 @@ use k8s_openapi::api::authentication::v1::TokenReviewSpec;
 
 use super::User;
 use crate::apiserver::{ApiCallError, ApiServerClient};
-use crate::cache::{KeyHasher, ReviewCache, random_hmac_key};
+use crate::cache::{CacheKey, KeyHasher, ReviewCache, random_hmac_key};
 use crate::metrics::{Metrics, ReviewKind};
 
 /// The subprotocol prefix Kubernetes clients use to send a bearer token on a WebSocket handshake.
@@ -113,6 +113,18 @@ fn is_websocket_upgrade(version: Version, headers: &HeaderMap) -> bool {
             .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
 }
 
+/// The cache key of a token reviewed for `audiences`: an HMAC with the process's secret `key`, so
+/// the cache never holds the token nor anything that could be checked against a guess of it
+/// outside this process.
+pub fn token_cache_key(key: &ring::hmac::Key, token: &str, audiences: &[String]) -> CacheKey {
+    let mut hasher = KeyHasher::hmac(key);
+    hasher.field(token.as_bytes()).count(audiences.len());
+    for audience in audiences {
+        hasher.field(audience.as_bytes());
+    }
+    hasher.finish()
+}
+
 /// A TokenReview answer as cached: the user, or `None` for "not authenticated" without error.
 type Reviewed = Option<Arc<User>>;
 
@@ -172,15 +184,8 @@ impl TokenReviewAuthenticator {
     /// Checks `token`: from the cache, or with one TokenReview shared by every concurrent check of
     /// the same token.
     pub async fn authenticate(&self, token: &str) -> TokenOutcome {
-        let mut key = KeyHasher::hmac(&self.key);
-        key.field(token.as_bytes()).count(self.audiences.len());
-        for audience in &self.audiences {
-            key.field(audience.as_bytes());
-        }
-        let reviewed = self
-            .cache
-            .get_or_review(key.finish(), self.review(token))
-            .await;
+        let key = token_cache_key(&self.key, token, &self.audiences);
+        let reviewed = self.cache.get_or_review(key, self.review(token)).await;
         match reviewed {
             Ok(Some(user)) => TokenOutcome::User(user),
             Ok(None) => TokenOutcome::Failed("invalid bearer token".into()),

@@ -80,7 +80,7 @@ impl SubjectAccessReviewAuthorizer {
             return self.review(attrs).await;
         }
         self.cache
-            .get_or_review(cache_key(attrs), self.review(attrs))
+            .get_or_review(review_cache_key(attrs), self.review(attrs))
             .await
             .map_err(|shared| (*shared).clone())
     }
@@ -131,9 +131,10 @@ pub fn review_spec(attrs: &Attributes<'_>) -> SubjectAccessReviewSpec {
     }
 }
 
-/// Everything the spec is made of, so equal keys mean equal reviews: any difference in verb,
-/// subresource, name, user, uid, group order or extra is a different entry, as in the kubelet.
-fn cache_key(attrs: &Attributes<'_>) -> crate::cache::CacheKey {
+/// The cache key of the review of `attrs`: everything the spec is made of, so equal keys mean
+/// equal reviews; any difference in verb, subresource, name, user, uid, group order or extra is a
+/// different entry, as in the kubelet.
+pub fn review_cache_key(attrs: &Attributes<'_>) -> crate::cache::CacheKey {
     let user = attrs.user;
     let mut key = KeyHasher::sha256();
     key.field(attrs.verb.as_bytes())
@@ -221,7 +222,7 @@ mod tests {
             groups: vec!["a".into(), "b".into()],
             extra: BTreeMap::from([("k".into(), vec!["v".into()])]),
         };
-        let key = |u: &User, verb, sub| cache_key(&attrs(u, verb, sub));
+        let key = |u: &User, verb, sub| review_cache_key(&attrs(u, verb, sub));
         let reference = key(&base, "get", "pods");
         assert_eq!(reference, key(&base.clone(), "get", "pods"));
         let mut swapped = base.clone();
