@@ -13,6 +13,7 @@ mod config_files;
 mod delegated;
 mod forwarding;
 mod manifests;
+mod path_safety;
 mod paths;
 mod reload;
 mod shutdown;
