@@ -12,6 +12,7 @@ mod cli;
 mod config_files;
 mod delegated;
 mod forwarding;
+mod hostile;
 mod manifests;
 mod path_safety;
 mod paths;

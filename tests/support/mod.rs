@@ -12,6 +12,7 @@ pub mod load;
 pub mod metrics;
 pub mod pki;
 pub mod process;
+pub mod raw;
 pub mod streams;
 pub mod volume;
 
