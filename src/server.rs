@@ -42,7 +42,7 @@ use crate::authz::{AuthorizerChain, RequestDecision, authorize_request};
 use crate::canonical_path::{PathCheck, check_path};
 use crate::config::Config;
 use crate::metrics::{Metrics, Outcome, RequestLabels};
-use crate::proxy::{Forwarder, StreamEnded};
+use crate::proxy::{ForwardError, Forwarder, StreamEnded};
 use crate::reload::Reloadable;
 use crate::responses::{self, ResponseBody};
 
@@ -524,6 +524,10 @@ impl Pipeline {
 
         let (response, outcome) = match self.forwarder.forward(req, &user).await {
             Ok(response) => (response.map(Either::Left), Outcome::Allowed),
+            Err(e @ ForwardError::CallerBody(_)) => {
+                debug!(%peer, error = %e, "request body could not be read");
+                (responses::bad_request(&e.to_string()), Outcome::BadRequest)
+            }
             Err(e) => {
                 warn!(%peer, error = %e, "forwarding to the kubelet failed");
                 (

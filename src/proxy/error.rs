@@ -43,6 +43,11 @@ pub enum ForwardError {
     /// The kubelet closed the connection or sent something that is not valid HTTP/1.1.
     #[error("upstream protocol error")]
     Protocol(#[source] legacy::Error),
+
+    /// The caller's request body could not be read (a malformed chunked encoding, a connection
+    /// cut mid-body): the caller's fault, not the kubelet's.
+    #[error("malformed request body")]
+    CallerBody(#[source] legacy::Error),
     /// The kubelet answered `101 Switching Protocols` to a request that asked for no upgrade.
     #[error("upstream switched protocols unasked")]
     UnexpectedSwitchingProtocols,
@@ -61,6 +66,13 @@ impl ForwardError {
     pub(crate) fn from_client(err: legacy::Error) -> ForwardError {
         let mut source = std::error::Error::source(&err);
         while let Some(e) = source {
+            // The only user error the forwarder can cause is the request body failing, which is
+            // the caller's stream.
+            if e.downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_user)
+            {
+                return ForwardError::CallerBody(err);
+            }
             if let Some(connect) = e.downcast_ref::<ConnectError>() {
                 return match connect {
                     ConnectError::Timeout => ForwardError::Timeout(err),
