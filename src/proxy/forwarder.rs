@@ -20,8 +20,12 @@ use crate::authn::User;
 /// Idle upstream connections are closed after this long (the kubelet's own idle timeout is
 /// longer, so we close first and never reuse a connection it is closing).
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// At most this many idle connections are kept; busier moments open more, then close them.
-const POOL_MAX_IDLE: usize = 32;
+/// At most this many idle connections are kept. It must be above the number of requests in
+/// flight at busy times: a connection returned to a full pool is closed, and the next request pays
+/// a new TLS handshake with the kubelet (measured: a cap of 32 under 64 concurrent clients opened
+/// 10,230 connections in 10 s and cut throughput twentyfold). Idle connections still close after
+/// `POOL_IDLE_TIMEOUT`.
+const POOL_MAX_IDLE: usize = 1024;
 
 /// Sends authorized requests to one kubelet over a pool of HTTP/1.1 connections.
 ///
