@@ -75,7 +75,7 @@ const CASES: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// One load measurement.
+/// One load measurement: one round, or the rounds of a case and target folded together.
 #[derive(Debug, Clone)]
 struct Load {
     case: String,
@@ -93,7 +93,10 @@ struct Load {
     p99_ms: Option<f64>,
     cpu_us_per_request: Option<f64>,
     peak_rss_kib: Option<u64>,
-    oha: Value,
+    /// Connections the upstream accepted during the measured run.
+    upstream_connections: Option<u64>,
+    /// The figures of each round, for the results JSON.
+    rounds: Vec<Value>,
 }
 
 /// One stream.
@@ -161,8 +164,19 @@ fn read_json(path: &str) -> Value {
 }
 
 impl Run {
+    /// Reads the records `bench/run` appends, one per line, fields separated by tabs, `-` where
+    /// a figure could not be taken:
+    ///
+    /// - `meta <key> <value>`; `proxy <label> <command template>`;
+    /// - `load <case> <target> <status> <oha json file> <cpu ticks> <VmHWM KiB> <upstream conns>`;
+    /// - `stream <target> <round> <status> <bytes> <seconds> <cpu ticks> <VmHWM KiB>`;
+    /// - `conn <target> <idle connections> <status> <established> <VmRSS KiB> <VmHWM KiB>`;
+    /// - `burst <target> <x509|one|distinct> <status> <TokenReviews> <SARs> <summary json file>`.
+    ///
+    /// A status other than `ok` says what went wrong; unknown lines are skipped.
     fn parse(text: &str) -> Run {
         let mut run = Run::default();
+        let mut rounds: Vec<Vec<Load>> = Vec::new();
         for line in text.lines() {
             let f: Vec<&str> = line.split('\t').collect();
             match f.first().copied() {
@@ -172,7 +186,15 @@ impl Run {
                 Some("proxy") if f.len() >= 3 => {
                     run.proxies.push((f[1].to_owned(), f[2..].join("\t")));
                 }
-                Some("load") if f.len() >= 7 => run.loads.push(Load::from_record(&f, &run.meta)),
+                Some("load") if f.len() >= 7 => {
+                    let load = Load::from_record(&f, &run.meta);
+                    match rounds.iter_mut().find(|r: &&mut Vec<Load>| {
+                        r[0].case == load.case && r[0].target == load.target
+                    }) {
+                        Some(same) => same.push(load),
+                        None => rounds.push(vec![load]),
+                    }
+                }
                 Some("stream") if f.len() >= 8 => run.streams.push(Stream {
                     target: f[1].to_owned(),
                     status: f[3].to_owned(),
@@ -200,6 +222,7 @@ impl Run {
                 _ => {}
             }
         }
+        run.loads = rounds.into_iter().filter_map(Load::fold).collect();
         run
     }
 
@@ -280,7 +303,7 @@ impl Load {
         let transport = sum(&oha["errorDistribution"]);
         let errors = transport + requests.saturating_sub(ok);
         let cpu_ticks: Option<f64> = num(f.get(5));
-        Load {
+        let mut load = Load {
             case: f[1].to_owned(),
             target: f[2].to_owned(),
             status: f[3].to_owned(),
@@ -297,8 +320,58 @@ impl Load {
                 .filter(|_| requests > 0)
                 .map(|t| t / clk_tck(meta) * 1e6 / requests as f64),
             peak_rss_kib: num(f.get(6)),
-            oha,
-        }
+            upstream_connections: num(f.get(7)),
+            rounds: Vec::new(),
+        };
+        load.rounds.push(json!({
+            "round": num::<u64>(f.get(8)),
+            "status": load.status,
+            "requests": load.requests,
+            "failed": load.errors,
+            "requestsPerSec": load.rps,
+            "p50Ms": load.p50_ms,
+            "p99Ms": load.p99_ms,
+            "cpuMicrosPerRequest": load.cpu_us_per_request,
+            "peakRssKib": load.peak_rss_kib,
+            "upstreamConnectionsOpened": load.upstream_connections,
+            "latencyPercentilesSeconds": oha["latencyPercentiles"],
+            "statusCodes": oha["statusCodeDistribution"],
+            "errors": oha["errorDistribution"],
+        }));
+        load
+    }
+
+    /// Folds the rounds of one case and target: the median of each figure over the rounds that
+    /// ran, the highest peak RSS, the counts summed. Failed rounds are named in the status.
+    fn fold(rounds: Vec<Load>) -> Option<Load> {
+        let ran: Vec<&Load> = rounds.iter().filter(|l| l.status == "ok").collect();
+        let Some(first) = ran.first() else {
+            return rounds.into_iter().next();
+        };
+        let med = |figure: fn(&Load) -> Option<f64>| {
+            median(ran.iter().filter_map(|l| figure(l)).collect())
+        };
+        let failed = rounds.len() - ran.len();
+        Some(Load {
+            case: first.case.clone(),
+            target: first.target.clone(),
+            status: if failed == 0 {
+                "ok".to_owned()
+            } else {
+                format!("ok ({failed} of {} rounds failed)", rounds.len())
+            },
+            requests: ran.iter().map(|l| l.requests).sum(),
+            errors: ran.iter().map(|l| l.errors).sum(),
+            attempts: ran.iter().map(|l| l.attempts).sum(),
+            rps: med(|l| l.rps),
+            p50_ms: med(|l| l.p50_ms),
+            p99_ms: med(|l| l.p99_ms),
+            cpu_us_per_request: med(|l| l.cpu_us_per_request),
+            peak_rss_kib: ran.iter().filter_map(|l| l.peak_rss_kib).max(),
+            upstream_connections: med(|l| l.upstream_connections.map(|n| n as f64))
+                .map(|n| n.round() as u64),
+            rounds: rounds.iter().flat_map(|l| l.rounds.clone()).collect(),
+        })
     }
 }
 
@@ -596,6 +669,16 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
     }
     let _ = writeln!(
         w,
+        "\n  `{{args}}`, kubelet-auth-proxy's flags, by setup:\n\n\
+         \x20 - x509: `{}`\n\
+         \x20 - token: `{}`\n\
+         \x20 - idle connections: `{}`\n",
+        hide(&meta("args_x509")),
+        hide(&meta("args_token")),
+        hide(&meta("args_idle"))
+    );
+    let _ = writeln!(
+        w,
         "- **{REFERENCE}**: nginx as a TLS reverse proxy with client-certificate verification, \
          upstream TLS with a client certificate, upstream keep-alive (configuration below). It does \
          no kubelet authorization: it is the floor of what a proxy costs."
@@ -625,13 +708,23 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
     );
     let _ = writeln!(
         w,
-        "oha, {} connections unless said otherwise, keep-alive. *vs direct*: requests/s as a \
+        "oha, {} connections unless said otherwise, keep-alive; {}. *vs direct*: requests/s as a \
          share of the direct connection's in the same case. *CPU/request*: the process's \
          utime + stime from `/proc/<pid>/stat` over the measured run, divided by the responses \
          (clock ticks of 10 ms, so ±1 tick). *Peak RSS*: `VmHWM` at the end of the case, the \
-         process started fresh for each case (nginx: master and workers summed). The upstream is \
-         nginx serving fixed-size files over TLS with client certificates required.\n",
-        meta("connections")
+         process started fresh for each case (nginx: master and workers summed). *Upstream conns*: \
+         connections the upstream accepted during the measured run (its `stub_status`): for \
+         direct, the load generator's own; for a proxy, the connections it opened to the \
+         upstream. The upstream is nginx serving fixed-size files over TLS with client \
+         certificates required.\n",
+        meta("connections"),
+        match meta("rounds").as_str() {
+            "1" => "one round".to_owned(),
+            n => format!(
+                "{n} rounds, all cases each round: every figure is the median over the rounds, \
+                 peak RSS the highest"
+            ),
+        }
     );
     for (case, title, what) in CASES {
         if !run.loads.iter().any(|l| l.case == *case) {
@@ -640,27 +733,28 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
         let _ = writeln!(w, "### {title}\n\n{what}\n");
         let _ = writeln!(
             w,
-            "| Target | req/s | p50 | p99 | vs direct | CPU/request | Peak RSS | Failed |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|"
+            "| Target | req/s | p50 | p99 | vs direct | CPU/request | Peak RSS | Upstream conns | Failed |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|"
         );
         let direct_rps = run.load(case, DIRECT).and_then(|l| l.rps);
         for target in run.targets() {
             let Some(load) = run.load(case, &target) else {
                 continue;
             };
-            if load.status != "ok" {
-                let _ = writeln!(w, "| {target} | {} | | | | | | |", load.status);
+            let Some(partly) = load.status.strip_prefix("ok") else {
+                let _ = writeln!(w, "| {target} | {} | | | | | | | |", load.status);
                 continue;
-            }
+            };
             let _ = writeln!(
                 w,
-                "| {target} | {} | {} | {} | {} | {} | {} | {} of {} |",
+                "| {target}{partly} | {} | {} | {} | {} | {} | {} | {} | {} of {} |",
                 fmt_rps(load.rps),
                 fmt_ms(load.p50_ms),
                 fmt_ms(load.p99_ms),
                 fmt_pct(ratio(load.rps, direct_rps)),
                 fmt_us(load.cpu_us_per_request),
                 fmt_kib(load.peak_rss_kib),
+                or_dash(load.upstream_connections.map(|n| n.to_string())),
                 load.errors,
                 load.attempts,
             );
@@ -673,7 +767,7 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
         let _ = writeln!(
             w,
             "One `GET /containerLogs/default/web-0/web?follow=true` of {} MiB with curl (HTTP/1.1, \
-             x509), repeated and alternated between targets; the median is shown. The upstream is \
+             x509), repeated, each round starting with the next target; the median is shown. The upstream is \
              nginx serving a file of that size: the stand-in kubelet's followed log is paced at \
              one line per 50 ms and cannot carry a gigabyte, and a file keeps the upstream's own \
              cost the same for every target. *CPU*: the process's CPU seconds per stream.\n",
@@ -904,9 +998,8 @@ fn results_json(run: &Run, work_dir: &Path) -> Value {
                 "ratioToDirect": ratio(l.rps, direct),
                 "cpuMicrosPerRequest": l.cpu_us_per_request,
                 "peakRssKib": l.peak_rss_kib,
-                "latencyPercentilesSeconds": l.oha["latencyPercentiles"],
-                "statusCodes": l.oha["statusCodeDistribution"],
-                "errors": l.oha["errorDistribution"],
+                "upstreamConnectionsOpened": l.upstream_connections,
+                "rounds": l.rounds,
             })
         })
         .collect();
@@ -1023,6 +1116,22 @@ mod tests {
         assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
         assert_eq!(median(Vec::new()), None);
+    }
+
+    #[test]
+    fn rounds_fold_into_medians() {
+        let run = Run::parse(
+            "load\tx\tp\tok\t-\t-\t100\t1\t1\n\
+             load\tx\tp\toha failed\t-\t-\t-\t-\t2\n\
+             load\tx\tp\tok\t-\t-\t300\t5\t3\n\
+             load\tx\tp\tok\t-\t-\t200\t3\t4\n",
+        );
+        assert_eq!(run.loads.len(), 1);
+        let load = &run.loads[0];
+        assert_eq!(load.status, "ok (1 of 4 rounds failed)");
+        assert_eq!(load.upstream_connections, Some(3));
+        assert_eq!(load.peak_rss_kib, Some(300));
+        assert_eq!(load.rounds.len(), 4);
     }
 
     #[test]
