@@ -510,10 +510,11 @@ fn goals(run: &Run) -> Vec<Goal> {
         );
         for (case, what) in [("f-x509-1conn", "x509"), ("g-token-1conn", "warm token")] {
             let p50 = |t: &str| run.load(case, t).and_then(|l| l.p50_ms);
-            let added = match (p50(proxy), p50(DIRECT)) {
+            let added_by = |t: &str| match (p50(t), p50(DIRECT)) {
                 (Some(p), Some(d)) => Some((p - d) * 1e3),
                 _ => None,
             };
+            let added = added_by(proxy);
             push(
                 if what == "x509" {
                     "added p50 at one connection < 100 µs (x509)"
@@ -521,10 +522,11 @@ fn goals(run: &Run) -> Vec<Goal> {
                     "added p50 at one connection < 100 µs (warm token)"
                 },
                 format!(
-                    "{} ({} vs {} direct)",
+                    "{} ({} vs {} direct; nginx reference {})",
                     or_dash(added.map(|us| format!("{us:+.0} µs"))),
                     fmt_ms(p50(proxy)),
-                    fmt_ms(p50(DIRECT))
+                    fmt_ms(p50(DIRECT)),
+                    or_dash(added_by(REFERENCE).map(|us| format!("{us:+.0} µs"))),
                 ),
                 added.map(|us| us < 100.0),
             );
@@ -533,27 +535,43 @@ fn goals(run: &Run) -> Vec<Goal> {
         push(
             "streaming ≥ 80% of direct",
             format!(
-                "{} ({} vs {} MB/s)",
+                "{} ({} vs {} MB/s; nginx reference {})",
                 fmt_pct(stream),
                 or_dash(run.median_stream(proxy).map(|v| format!("{v:.0}"))),
-                or_dash(run.median_stream(DIRECT).map(|v| format!("{v:.0}")))
+                or_dash(run.median_stream(DIRECT).map(|v| format!("{v:.0}"))),
+                fmt_pct(ratio(
+                    run.median_stream(REFERENCE),
+                    run.median_stream(DIRECT)
+                )),
             ),
             stream.map(|r| r >= 0.8),
         );
-        let idle = run
-            .conn_steps(proxy)
-            .into_iter()
-            .find(|c| c.idle == 0)
-            .and_then(|c| c.hwm_kib);
+        let idle_peak = |t: &str| {
+            run.conn_steps(t)
+                .into_iter()
+                .find(|c| c.idle == 0)
+                .and_then(|c| c.hwm_kib)
+        };
+        let idle = idle_peak(proxy);
         push(
             "peak RSS < 16 MiB idle",
-            fmt_kib(idle),
+            format!(
+                "{} (nginx reference {})",
+                fmt_kib(idle),
+                fmt_kib(idle_peak(REFERENCE))
+            ),
             idle.map(|k| k < 16 * 1024),
         );
+        let per_connection =
+            |t: &str| or_dash(run.per_connection_kib(t).map(|k| format!("{k:.1} KiB")));
         let per = run.per_connection_kib(proxy);
         push(
             "< 32 KiB per idle TLS connection",
-            or_dash(per.map(|k| format!("{k:.1} KiB"))),
+            format!(
+                "{} (nginx reference {})",
+                per_connection(proxy),
+                per_connection(REFERENCE)
+            ),
             per.map(|k| k < 32.0),
         );
         let burst_count: u64 = run
