@@ -1,0 +1,298 @@
+//! Load that oha cannot generate: thousands of idle TLS connections held open (for the proxy's
+//! memory per connection), and cold bursts where every request starts at the same instant on a
+//! connection opened beforehand, each with its own bearer token if asked.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http::header::{AUTHORIZATION, HOST};
+use http::{Request, StatusCode};
+use http_body_util::{BodyExt, Empty};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
+use tokio::net::TcpStream;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+use tokio_rustls::TlsConnector;
+
+use crate::standin::{BURST_ONE_TOKEN, BURST_TOKEN_PREFIX};
+
+/// Bounds opening one connection (TCP, TLS handshake, HTTP handshake).
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bounds one request, response body included.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Connections being opened at once.
+const OPENING_AT_ONCE: usize = 64;
+
+/// Where and how to connect.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// The proxy's address.
+    #[arg(long)]
+    addr: SocketAddr,
+    /// PEM bundle of the CA that signed the proxy's serving certificate.
+    #[arg(long)]
+    ca: PathBuf,
+    /// Client certificate to present (PEM); none when omitted.
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// Private key of --cert (PEM).
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// Path and query requested.
+    #[arg(long, default_value = "/healthz")]
+    path: String,
+}
+
+/// Options of `bench_helper idle`.
+#[derive(Debug, clap::Args)]
+pub struct IdleArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Connections to open.
+    #[arg(long)]
+    count: usize,
+    /// Longest time the connections are held; SIGTERM or SIGINT closes them earlier.
+    #[arg(long, default_value_t = 300)]
+    hold_secs: u64,
+}
+
+/// Which bearer tokens a burst carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Tokens {
+    /// No token: the requests rely on the client certificate (a baseline without API calls).
+    None,
+    /// The same token, unknown to the proxy, on every request.
+    One,
+    /// A different token on every request (`burst-<i>`).
+    Distinct,
+}
+
+/// Options of `bench_helper burst`.
+#[derive(Debug, clap::Args)]
+pub struct BurstArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Requests fired at once, each on its own connection.
+    #[arg(long, default_value_t = 500)]
+    count: usize,
+    /// The bearer tokens of the requests.
+    #[arg(long, value_enum)]
+    tokens: Tokens,
+}
+
+/// Opens client connections to one address.
+struct Connector {
+    addr: SocketAddr,
+    tls: TlsConnector,
+    server_name: ServerName<'static>,
+}
+
+impl Connector {
+    fn new(target: &Target) -> anyhow::Result<Connector> {
+        let mut roots = RootCertStore::empty();
+        for cert in read_certs(&target.ca)? {
+            roots.add(cert)?;
+        }
+        let builder = ClientConfig::builder().with_root_certificates(roots);
+        let config = match (&target.cert, &target.key) {
+            (Some(cert), Some(key)) => builder.with_client_auth_cert(
+                read_certs(cert)?,
+                kubelet_auth_proxy::tls::read_key(key).map_err(anyhow::Error::msg)?,
+            )?,
+            _ => builder.with_no_client_auth(),
+        };
+        Ok(Connector {
+            addr: target.addr,
+            tls: TlsConnector::from(Arc::new(config)),
+            server_name: ServerName::IpAddress(target.addr.ip().into()),
+        })
+    }
+
+    /// A new HTTP/1.1 connection over TLS; its connection task runs until the sender is dropped.
+    async fn open(&self) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
+        let opening = async {
+            let tcp = TcpStream::connect(self.addr).await?;
+            tcp.set_nodelay(true)?;
+            let tls = self.tls.connect(self.server_name.clone(), tcp).await?;
+            let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
+            anyhow::Ok(sender)
+        };
+        tokio::time::timeout(OPEN_TIMEOUT, opening)
+            .await
+            .context("opening a connection timed out")?
+    }
+
+    /// Opens `count` connections, at most [`OPENING_AT_ONCE`] at a time, and sends one request
+    /// on each when `path` is given. Returns the connections and the failures.
+    async fn open_many(
+        self: &Arc<Self>,
+        count: usize,
+        path: Option<&str>,
+    ) -> (Vec<SendRequest<Empty<Bytes>>>, Vec<anyhow::Error>) {
+        let slots = Arc::new(Semaphore::new(OPENING_AT_ONCE));
+        let mut opening = JoinSet::new();
+        for _ in 0..count {
+            let (connector, slots) = (Arc::clone(self), Arc::clone(&slots));
+            let path = path.map(str::to_owned);
+            opening.spawn(async move {
+                // The semaphore is never closed.
+                let _slot = slots.acquire_owned().await?;
+                let mut sender = connector.open().await?;
+                if let Some(path) = path {
+                    let status = get(&mut sender, &path, None).await?;
+                    anyhow::ensure!(status.is_success(), "{path} answered {status}");
+                }
+                anyhow::Ok(sender)
+            });
+        }
+        let (mut open, mut failed) = (Vec::with_capacity(count), Vec::new());
+        while let Some(joined) = opening.join_next().await {
+            match joined.map_err(anyhow::Error::from).and_then(|r| r) {
+                Ok(sender) => open.push(sender),
+                Err(e) => failed.push(e),
+            }
+        }
+        (open, failed)
+    }
+}
+
+fn read_certs(
+    path: &std::path::Path,
+) -> anyhow::Result<Vec<rustls::pki_types::CertificateDer<'static>>> {
+    kubelet_auth_proxy::tls::read_certs(path).map_err(anyhow::Error::msg)
+}
+
+/// Sends `GET path` (with a bearer token when given) and reads the whole answer.
+async fn get(
+    sender: &mut SendRequest<Empty<Bytes>>,
+    path: &str,
+    token: Option<&str>,
+) -> anyhow::Result<StatusCode> {
+    let exchange = async {
+        sender.ready().await?;
+        let mut request = Request::get(path).header(HOST, "127.0.0.1");
+        if let Some(token) = token {
+            request = request.header(AUTHORIZATION, format!("Bearer {token}"));
+        }
+        let response = sender.send_request(request.body(Empty::new())?).await?;
+        let status = response.status();
+        response.into_body().collect().await?;
+        anyhow::Ok(status)
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .context("request timed out")?
+}
+
+/// Opens the connections, sends one request on each (as a kept-alive client connection has),
+/// prints `ready opened=<n> failed=<m>` and holds them until a signal or the hold time is up.
+pub async fn idle(args: IdleArgs) -> anyhow::Result<()> {
+    let connector = Arc::new(Connector::new(&args.target)?);
+    let (open, failed) = connector
+        .open_many(args.count, Some(&args.target.path))
+        .await;
+    println!("ready opened={} failed={}", open.len(), failed.len());
+    if let Some(e) = failed.first() {
+        println!("first-error {e:#}");
+    }
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::time::sleep(Duration::from_secs(args.hold_secs)) => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    drop(open);
+    Ok(())
+}
+
+/// Opens one connection per request, then releases every request at the same instant and prints
+/// one JSON line: status counts, failures, and latency percentiles in milliseconds.
+pub async fn burst(args: BurstArgs) -> anyhow::Result<()> {
+    let connector = Arc::new(Connector::new(&args.target)?);
+    let (open, failed) = connector.open_many(args.count, None).await;
+    let (go, ready) = watch::channel(false);
+    let mut requests = JoinSet::new();
+    for (i, mut sender) in open.into_iter().enumerate() {
+        let mut ready = ready.clone();
+        let path = args.target.path.clone();
+        let token = match args.tokens {
+            Tokens::None => None,
+            Tokens::One => Some(BURST_ONE_TOKEN.to_owned()),
+            Tokens::Distinct => Some(format!("{BURST_TOKEN_PREFIX}{i}")),
+        };
+        requests.spawn(async move {
+            // The sender lives until every task has finished.
+            let _ = ready.wait_for(|go| *go).await;
+            let started = Instant::now();
+            let status = get(&mut sender, &path, token.as_deref()).await;
+            (status, started.elapsed())
+        });
+    }
+    // Let every task reach the gate before it opens.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    go.send_replace(true);
+    let mut statuses = BTreeMap::<String, usize>::new();
+    let mut latencies = Vec::with_capacity(args.count);
+    let mut errors = failed.len();
+    let mut first_error = failed.first().map(|e| format!("{e:#}"));
+    while let Some(joined) = requests.join_next().await {
+        match joined {
+            Ok((Ok(status), elapsed)) => {
+                *statuses.entry(status.as_u16().to_string()).or_default() += 1;
+                latencies.push(elapsed);
+            }
+            Ok((Err(e), _)) => {
+                errors += 1;
+                first_error.get_or_insert_with(|| format!("{e:#}"));
+            }
+            Err(e) => {
+                errors += 1;
+                first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+    latencies.sort_unstable();
+    let ms = |q: f64| percentile(&latencies, q).map(|d| d.as_secs_f64() * 1e3);
+    let summary = serde_json::json!({
+        "requests": args.count,
+        "statuses": statuses,
+        "errors": errors,
+        "firstError": first_error,
+        "p50Ms": ms(0.50),
+        "p99Ms": ms(0.99),
+        "maxMs": ms(1.0),
+    });
+    println!("{summary}");
+    Ok(())
+}
+
+/// The nearest-rank percentile `q` (0 < q ≤ 1) of sorted values.
+fn percentile(sorted: &[Duration], q: f64) -> Option<Duration> {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted.get(rank.max(1) - 1).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles() {
+        let values: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(percentile(&values, 0.5), Some(Duration::from_millis(50)));
+        assert_eq!(percentile(&values, 0.99), Some(Duration::from_millis(99)));
+        assert_eq!(percentile(&values, 1.0), Some(Duration::from_millis(100)));
+        assert_eq!(percentile(&[], 0.99), None);
+    }
+}

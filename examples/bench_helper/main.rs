@@ -1,0 +1,65 @@
+//! The Rust half of `bench/run`: what the shell script cannot do itself. It makes the throwaway
+//! certificates, runs the stand-in API server, holds idle TLS connections, fires cold bursts, and
+//! turns the raw measurements into `docs/BENCHMARKS.md` and the results JSON.
+
+#[allow(dead_code)] // Shared with the end-to-end tests; the harness uses only part of it.
+#[path = "../../tests/support/mod.rs"]
+mod support;
+
+mod client;
+mod pki;
+mod report;
+mod standin;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Helpers for the one-command benchmark (`bench/run`).
+#[derive(Debug, Parser)]
+#[command(name = "bench_helper")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write the benchmark's certificates and keys into a directory.
+    Pki {
+        /// Where the PEM files go.
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// Run the stand-in API server (TokenReview, SubjectAccessReview) until stdin closes.
+    Apiserver(standin::Args),
+    /// Open TLS connections, send one request on each, and hold them idle.
+    Idle(client::IdleArgs),
+    /// Send concurrent requests at once on connections opened beforehand; print latencies.
+    Burst(client::BurstArgs),
+    /// Turn the raw measurements of a run into the results JSON and docs/BENCHMARKS.md.
+    Report(report::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    // The ring provider is the project's only one; make it the default for every config built here.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match cli.command {
+        Command::Pki { dir } => pki::write_all(&dir),
+        Command::Report(args) => report::run(&args),
+        command => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                match command {
+                    Command::Apiserver(args) => standin::run(args).await,
+                    Command::Idle(args) => client::idle(args).await,
+                    Command::Burst(args) => client::burst(args).await,
+                    Command::Pki { .. } | Command::Report(_) => Ok(()),
+                }
+            })
+        }
+    }
+}
