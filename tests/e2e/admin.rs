@@ -1,54 +1,10 @@
 //! The admin listener: liveness, readiness and Prometheus metrics that account for the requests
 //! just made, by status code and decision, with a latency histogram.
 
-use std::collections::BTreeMap;
-
 use http::StatusCode;
 
 use crate::support::harness::ProxySpec;
-
-/// The samples of `metric` in a text exposition: labels and value of each line.
-fn samples(exposition: &str, metric: &str) -> Vec<(BTreeMap<String, String>, f64)> {
-    let mut out = Vec::new();
-    for line in exposition.lines() {
-        let Some(rest) = line.strip_prefix(metric) else {
-            continue;
-        };
-        let (labels, value) = match rest.strip_prefix('{') {
-            Some(rest) => {
-                let (labels, value) = rest.split_once("} ").unwrap();
-                (labels, value)
-            }
-            None => match rest.strip_prefix(' ') {
-                Some(value) => ("", value),
-                None => continue,
-            },
-        };
-        let labels = labels
-            .split(',')
-            .filter(|pair| !pair.is_empty())
-            .map(|pair| {
-                let (name, value) = pair.split_once('=').unwrap();
-                (name.to_owned(), value.trim_matches('"').to_owned())
-            })
-            .collect();
-        let value = value.split_whitespace().next().unwrap().parse().unwrap();
-        out.push((labels, value));
-    }
-    out
-}
-
-/// The sum of the samples of `metric` whose labels include all of `want`.
-fn total(exposition: &str, metric: &str, want: &[(&str, &str)]) -> f64 {
-    samples(exposition, metric)
-        .into_iter()
-        .filter(|(labels, _)| {
-            want.iter()
-                .all(|(name, value)| labels.get(*name).map(String::as_str) == Some(*value))
-        })
-        .map(|(_, value)| value)
-        .sum()
-}
+use crate::support::metrics::total;
 
 #[tokio::test]
 async fn health_readiness_and_request_metrics() {
