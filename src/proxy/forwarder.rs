@@ -230,6 +230,22 @@ mod tests {
 
     type FrontBody = Either<Incoming, Full<Bytes>>;
 
+    /// A stand-in kubelet over TLS and a front server forwarding to it as alice, with or without
+    /// identity headers.
+    async fn tls_front(identity_headers: bool) -> (StandInKubelet, SocketAddr) {
+        let (server, ca) = kubelet_tls();
+        let kubelet = StandInKubelet::start(Some(server)).await.unwrap();
+        let forwarder = Forwarder::new(
+            kubelet.upstream(),
+            Some(client_tls(ca)),
+            None,
+            options(identity_headers),
+        )
+        .unwrap();
+        let addr = front(forwarder, alice()).await;
+        (kubelet, addr)
+    }
+
     /// A minimal front server: every request is forwarded as `user`; a `ForwardError` becomes a
     /// 502 whose body is the error's `Display`, as the real server does.
     async fn front(forwarder: Forwarder, user: User) -> SocketAddr {
@@ -465,16 +481,7 @@ mod tests {
 
     #[tokio::test]
     async fn tls_upstream_is_verified_and_forwarded() {
-        let (server, ca) = kubelet_tls();
-        let kubelet = StandInKubelet::start(Some(server)).await.unwrap();
-        let forwarder = Forwarder::new(
-            kubelet.upstream(),
-            Some(client_tls(ca)),
-            None,
-            options(false),
-        )
-        .unwrap();
-        let addr = front(forwarder, alice()).await;
+        let (kubelet, addr) = tls_front(false).await;
         let echo = echo_of(send(addr, hostile_post("/a;b/c%20d?x=1&y=%2F")).await).await;
         assert_clean_echo(&echo, &kubelet.addr().unwrap().to_string());
     }
@@ -652,16 +659,7 @@ mod tests {
 
     #[tokio::test]
     async fn spdy_upgrade_over_tls_is_spliced_both_ways() {
-        let (server, ca) = kubelet_tls();
-        let kubelet = StandInKubelet::start(Some(server)).await.unwrap();
-        let forwarder = Forwarder::new(
-            kubelet.upstream(),
-            Some(client_tls(ca)),
-            None,
-            options(true),
-        )
-        .unwrap();
-        let addr = front(forwarder, alice()).await;
+        let (_kubelet, addr) = tls_front(true).await;
         let req = Request::post("/portForward/default/web-0")
             .header(HOST, "proxy.test")
             .header(CONNECTION, "Upgrade")
