@@ -776,12 +776,17 @@ fn write_text(e: &Explanation, out: &mut String) -> fmt::Result {
             .collect();
         writeln!(out, "attributes:  {} (in order)", tried.join(", "))?;
     }
-    for trial in &e.attributes {
+    for (index, trial) in e.attributes.iter().enumerate() {
+        let then = if index + 1 < e.subresources.len() {
+            "the next attribute set is tried"
+        } else {
+            "no attribute set left"
+        };
         let decided = match (trial.decision, trial.decided_by) {
             (Answer::Allow, Some(by)) => format!("allowed by {by}"),
-            (Answer::Deny, Some(by)) => format!("denied by {by}, next attribute set"),
+            (Answer::Deny, Some(by)) => format!("denied by {by}; {then}"),
             (Answer::Error, _) => "error: no further attribute set is tried".to_owned(),
-            _ => "no opinion, next attribute set".to_owned(),
+            _ => format!("no authorizer allowed; {then}"),
         };
         writeln!(
             out,
