@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
+use std::io::Write as _;
 
 use http::{Method, Response};
 use http_body_util::BodyExt;
@@ -162,16 +163,24 @@ pub async fn run(args: &ExplainArgs) -> u8 {
         &args.user(),
     )
     .await;
-    match args.output {
+    let document = match args.output {
         OutputFormat::Text => {
             for warning in &explanation.warnings {
                 eprintln!("kubelet-auth-proxy: warning: {warning}");
             }
-            print!("{}", render_text(&explanation));
+            render_text(&explanation)
         }
-        OutputFormat::Json => println!("{}", render_json(&explanation)),
+        OutputFormat::Json => render_json(&explanation) + "\n",
+    };
+    // A closed stdout (`explain … | head -1`) is an error status, not a panic.
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(document.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => explanation.exit_status(),
+        Err(_) => EXIT_ERROR,
     }
-    explanation.exit_status()
 }
 
 /// Everything `explain` found out about one request, in the order the proxy decides.
