@@ -21,7 +21,8 @@
 //! - [`audit`]: one `audit.k8s.io/v1` event per request, written off the request path.
 //! - [`systemd`]: readiness and stopping notifications for `Type=notify` units.
 //! - [`config`]: flags and configuration files → validated, loaded [`config::Config`];
-//!   [`demo`]: the self-contained tour.
+//!   [`demo`]: the self-contained tour; [`explain`]: one request's decision, step by step, for
+//!   operators, from the same configuration and code.
 #![forbid(unsafe_code)]
 
 pub mod admin;
@@ -33,6 +34,7 @@ pub mod cache;
 pub mod canonical_path;
 pub mod config;
 pub mod demo;
+pub mod explain;
 pub mod metrics;
 pub mod proxy;
 pub mod reload;

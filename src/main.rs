@@ -1,14 +1,17 @@
 //! The `kubelet-auth-proxy` command: parse flags (with `--config` and `--kubelet-config` expanded
-//! into flags), set up logging, and serve, check the configuration, or run the demo.
+//! into flags), set up logging, and serve, check the configuration, explain a decision, run the
+//! demo, or print shell completions and the manual page, both generated from these definitions.
 //! Configuration errors print one line naming the flag and file, and exit with status 2.
 
 use std::ffi::OsString;
+use std::io::Write as _;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap_complete::Shell;
 use kubelet_auth_proxy::config::file;
 use kubelet_auth_proxy::config::flags::{LogFormat, ProxyFlags};
-use kubelet_auth_proxy::{Config, demo};
+use kubelet_auth_proxy::{Config, demo, explain};
 use tracing_subscriber::EnvFilter;
 
 /// `--version` text: the release and the commit it was built from (set by `build.rs`), so a bug
@@ -23,7 +26,7 @@ const VERSION: &str = concat!(
 /// Authenticating, authorizing reverse proxy for the kubelet API.
 #[derive(Debug, Parser)]
 #[command(
-    name = "kubelet-auth-proxy",
+    name = BIN_NAME,
     version = VERSION,
     args_conflicts_with_subcommands = true
 )]
@@ -42,12 +45,85 @@ enum Command {
     /// Validate the flags and every file they name (config files, certificates, keys, policies,
     /// kubeconfigs) without serving: exit status 0 if the proxy would start, 2 if not.
     CheckConfig(CheckConfigArgs),
+    /// Explain how the proxy would decide one request for one identity, without serving.
+    ///
+    /// Shows the path check, each nodes/<subresource> attribute set tried in order, each
+    /// authorizer's answer and reason, and the exact status and body the proxy would return, and
+    /// warns about local policy rules that no kubelet request can match. Takes the server's
+    /// configuration flags and files (--config, --kubelet-config and every server option). Exit
+    /// status: 0 allowed, 1 refused (403, 301, 400), 2 bad input or an authorizer error (the proxy
+    /// would answer 500).
+    Explain(explain::ExplainArgs),
+    /// Print a shell completion script to stdout.
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) to stdout: every subcommand and option.
+    Man,
+}
+
+#[derive(Debug, clap::Args)]
+struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum, value_name = "SHELL")]
+    shell: Shell,
 }
 
 #[derive(Debug, clap::Args)]
 struct CheckConfigArgs {
     #[command(flatten)]
     flags: Box<ProxyFlags>,
+}
+
+/// The command's name, in completions and the manual page.
+const BIN_NAME: &str = "kubelet-auth-proxy";
+
+/// One manual page for the whole command: the server's options, then a section per subcommand
+/// with its synopsis, description and own options (the server's options, which `check-config`
+/// and `explain` share, are listed once). Generated from the clap definitions, so it never
+/// drifts from the flags.
+fn render_manual(out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let command = Cli::command();
+    let man = clap_mangen::Man::new(command.clone());
+    man.render_title(out)?;
+    man.render_name_section(out)?;
+    man.render_synopsis_section(out)?;
+    man.render_description_section(out)?;
+    man.render_options_section(out)?;
+    man.render_subcommands_section(out)?;
+    let shared: Vec<clap::Id> = ProxyFlags::augment_args(clap::Command::new(BIN_NAME))
+        .get_arguments()
+        .map(|arg| arg.get_id().clone())
+        .collect();
+    for sub in command.get_subcommands().filter(|sub| !sub.is_hide_set()) {
+        let name = sub.get_name().to_owned();
+        let own = sub
+            .clone()
+            .bin_name(format!("{BIN_NAME} {name}"))
+            .mut_args(|arg| {
+                if shared.contains(arg.get_id()) {
+                    arg.hide(true)
+                } else {
+                    arg
+                }
+            });
+        writeln!(out, ".SH \"{}\"", roff_text(&format!("{BIN_NAME} {name}")))?;
+        let mut section = Vec::new();
+        let sub_man = clap_mangen::Man::new(own);
+        sub_man.render_synopsis_section(&mut section)?;
+        sub_man.render_description_section(&mut section)?;
+        sub_man.render_options_section(&mut section)?;
+        // Nested under the subcommand's own section heading.
+        let section = String::from_utf8_lossy(&section).replace("\n.SH ", "\n.SS ");
+        let section = section
+            .strip_prefix(".SH ")
+            .map_or(section.clone(), |rest| format!(".SS {rest}"));
+        out.write_all(section.as_bytes())?;
+    }
+    man.render_version_section(out)
+}
+
+/// Escapes `-` for roff, which otherwise may print it as a hyphen rather than a minus.
+fn roff_text(s: &str) -> String {
+    s.replace('-', "\\-")
 }
 
 /// Prints a clap error as one line (help and version go to stdout as usual) and gives the status.
@@ -70,9 +146,9 @@ fn parse_command_line() -> Result<Cli, ExitCode> {
         .map_err(clap_failure)?;
     let flags_at = match matches.subcommand() {
         None => Some((&command, &matches, 1)),
-        Some(("check-config", sub)) => command
-            .find_subcommand("check-config")
-            .map(|cmd| (cmd, sub, 2)),
+        Some((name @ ("check-config" | "explain"), sub)) => {
+            command.find_subcommand(name).map(|cmd| (cmd, sub, 2))
+        }
         Some(_) => None,
     };
     let expanded = match flags_at {
@@ -100,9 +176,11 @@ fn one_line(message: &str) -> String {
         .join(" ")
 }
 
-fn init_logging(format: LogFormat, verbosity: u8) {
+/// Logs to stderr at `quiet_level` without `-v` (`info` when serving; `warn` for one-shot commands
+/// whose own output is the point), debug with `-v` to `-vvv`, trace beyond.
+fn init_logging(format: LogFormat, verbosity: u8, quiet_level: &str) {
     let default_level = match verbosity {
-        0 => "info",
+        0 => quiet_level,
         1..=3 => "debug",
         _ => "trace",
     };
@@ -131,7 +209,7 @@ fn main() -> anyhow::Result<ExitCode> {
         .build()?;
     match cli.command {
         Some(Command::Demo(args)) => {
-            init_logging(LogFormat::Text, cli.flags.verbosity);
+            init_logging(LogFormat::Text, cli.flags.verbosity, "info");
             let all_held = runtime.block_on(demo::run(args))?;
             Ok(if all_held {
                 ExitCode::SUCCESS
@@ -140,7 +218,7 @@ fn main() -> anyhow::Result<ExitCode> {
             })
         }
         Some(Command::CheckConfig(args)) => {
-            init_logging(args.flags.log_format, args.flags.verbosity);
+            init_logging(args.flags.log_format, args.flags.verbosity, "info");
             match runtime.block_on(Config::load(&args.flags)) {
                 Ok(config) => {
                     println!(
@@ -157,8 +235,27 @@ fn main() -> anyhow::Result<ExitCode> {
                 }
             }
         }
+        Some(Command::Explain(args)) => {
+            init_logging(args.flags.log_format, args.flags.verbosity, "warn");
+            Ok(ExitCode::from(runtime.block_on(explain::run(&args))))
+        }
+        Some(Command::Completions(args)) => {
+            // Into memory first: the generator panics on a write error (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(args.shell, &mut Cli::command(), BIN_NAME, &mut script);
+            let mut out = std::io::stdout().lock();
+            out.write_all(&script)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Command::Man) => {
+            let mut out = std::io::stdout().lock();
+            render_manual(&mut out)?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
         None => {
-            init_logging(cli.flags.log_format, cli.flags.verbosity);
+            init_logging(cli.flags.log_format, cli.flags.verbosity, "info");
             let config = match runtime.block_on(Config::load(&cli.flags)) {
                 Ok(config) => config,
                 Err(e) => {

@@ -109,7 +109,7 @@ impl Authorizer {
     }
 
     /// Whether an error of this authorizer ends the chain (a webhook with `failurePolicy: Deny`).
-    fn stops_chain_on_error(&self) -> bool {
+    pub fn stops_chain_on_error(&self) -> bool {
         matches!(self, Authorizer::Webhook(webhook) if webhook.stops_chain_on_error())
     }
 
@@ -136,6 +136,12 @@ impl AuthorizerChain {
     /// A chain of at least one authorizer.
     pub fn new(authorizers: Vec<Authorizer>) -> AuthorizerChain {
         AuthorizerChain { authorizers }
+    }
+
+    /// The authorizers in the order they are asked, for tools that show each one's answer
+    /// (`explain`).
+    pub fn authorizers(&self) -> &[Authorizer] {
+        &self.authorizers
     }
 
     /// The authorizers' mode names, in order, e.g. `Node,Policy,Webhook`.

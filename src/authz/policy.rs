@@ -230,6 +230,25 @@ pub struct PolicyAuthorizer {
     by_user: HashMap<String, Vec<Candidate>>,
     /// Bindings with a Group subject of that name; ascending binding order.
     by_group: HashMap<String, Vec<Candidate>>,
+    /// Name and definition site of each ClusterRole, by role index; read only by [`roles`]
+    /// (`explain`'s policy warnings), never on the request path.
+    ///
+    /// [`roles`]: PolicyAuthorizer::roles
+    role_sources: Vec<(String, Origin)>,
+}
+
+/// One ClusterRole of a loaded policy as written, for tools that inspect a policy (`explain`'s
+/// warnings about rules no kubelet request can match).
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyRole<'a> {
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// The file (or in-memory source name) that defines it.
+    pub source_name: &'a str,
+    /// The 1-based line where its manifest starts.
+    pub line: u64,
+    /// Its rules, in order (`rules[i]`).
+    pub rules: &'a [PolicyRule],
 }
 
 /// A resolved ClusterRoleBinding.
@@ -293,6 +312,20 @@ impl PolicyAuthorizer {
             cluster_role_bindings: self.bindings.len(),
             rules: self.roles.iter().map(|rules| rules.len()).sum(),
         }
+    }
+
+    /// Every ClusterRole in load order, with where it was defined, so its rules can be checked
+    /// against what the kubelet ever asks.
+    pub fn roles(&self) -> impl Iterator<Item = PolicyRole<'_>> {
+        self.roles
+            .iter()
+            .zip(&self.role_sources)
+            .map(|(rules, (name, origin))| PolicyRole {
+                name,
+                source_name: &origin.source_name,
+                line: origin.line,
+                rules,
+            })
     }
 
     /// Decides one kubelet attribute: `Allow` with RBAC's reason
@@ -464,6 +497,8 @@ struct Loader {
     roles: Vec<Box<[PolicyRule]>>,
     /// Role name → (index into `roles`, where it was defined).
     role_names: HashMap<String, (usize, Origin)>,
+    /// Name and definition site of each role, by index into `roles`.
+    role_sources: Vec<(String, Origin)>,
     bindings: Vec<PendingBinding>,
     /// Binding name → where it was defined.
     binding_names: HashMap<String, Origin>,
@@ -559,6 +594,7 @@ impl Loader {
                     return fail(PolicyProblem::InvalidRule { index, reason });
                 }
             }
+            self.role_sources.push((name.clone(), origin.clone()));
             self.role_names.insert(name, (self.roles.len(), origin));
             self.roles.push(rules.into_boxed_slice());
             return Ok(());
@@ -637,6 +673,7 @@ impl Loader {
             bindings,
             by_user,
             by_group,
+            role_sources: self.role_sources,
         })
     }
 }
@@ -1168,6 +1205,28 @@ items:
             kubelet_allows(&p, &apiserver, "n1", "POST", "/checkpoint/default/pod/ctr"),
             None
         );
+    }
+
+    #[test]
+    fn roles_name_their_file_line_and_rules_in_load_order() {
+        let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: rbac.authorization.k8s.io/v1\n  \
+                    kind: ClusterRole\n  metadata: {name: in-list}\n  rules:\n  - {apiGroups: [\"\"], \
+                    resources: [nodes/proxy], verbs: [get]}\n  - {nonResourceURLs: [/healthz], verbs: [get]}\n";
+        let p = policy(&[("a.yaml", METRICS_READER), ("b.yaml", list)]).unwrap();
+        let roles: Vec<_> = p
+            .roles()
+            .map(|r| (r.name, r.source_name, r.line, r.rules.len()))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                ("kubelet-metrics-reader", "a.yaml", 2, 1),
+                ("in-list", "b.yaml", 4, 2)
+            ]
+        );
+        let in_list = p.roles().nth(1).unwrap();
+        assert_eq!(in_list.rules[0].resources, ["nodes/proxy"]);
+        assert_eq!(in_list.rules[1].non_resource_urls, ["/healthz"]);
     }
 
     #[test]
