@@ -14,6 +14,7 @@ mod delegated;
 mod forwarding;
 mod hostile;
 mod manifests;
+mod neighbours;
 mod path_safety;
 mod paths;
 mod reload;
