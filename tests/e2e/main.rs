@@ -18,6 +18,7 @@ mod neighbours;
 mod path_safety;
 mod paths;
 mod reload;
+mod secrets;
 mod shutdown;
 mod tls_front;
 mod upgrades;

@@ -25,6 +25,7 @@ pub struct Standalone {
     /// Where the certificates and the binary's output live, for as long as it runs.
     _dir: TempDir,
     process: ProxyProcess,
+    serving_key_pem: String,
     kubelet: Option<StandInKubelet>,
     kubelet_tls: Arc<ServerConfig>,
     relay: Relay,
@@ -77,6 +78,7 @@ impl Standalone {
             ca,
             _dir: dir,
             process,
+            serving_key_pem: serving.key_pem(),
             kubelet: Some(kubelet),
             kubelet_tls,
             relay,
@@ -86,6 +88,19 @@ impl Standalone {
     /// The binary.
     pub fn process(&self) -> &ProxyProcess {
         &self.process
+    }
+
+    /// The private key of the proxy's serving certificate, as PEM: a secret that must never be
+    /// printed.
+    pub fn serving_key_pem(&self) -> &str {
+        &self.serving_key_pem
+    }
+
+    /// Stops the binary with SIGTERM and waits (bounded) for it to exit, so that everything it
+    /// buffered (the audit log) is written.
+    pub async fn stop(&mut self) -> std::process::ExitStatus {
+        self.process.terminate();
+        self.process.wait().await
     }
 
     /// Descriptors, threads and memory of the binary now.
