@@ -14,6 +14,7 @@ mod delegated;
 mod forwarding;
 mod hostile;
 mod manifests;
+mod memory_bounds;
 mod neighbours;
 mod path_safety;
 mod paths;
