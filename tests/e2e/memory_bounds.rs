@@ -76,7 +76,7 @@ async fn round(
 
 /// Every third token is a new user's (`good-<i>`), the others are rejected quietly (`bad-<i>`).
 fn mixed(i: usize) -> String {
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         format!("good-{i}")
     } else {
         format!("bad-{i}")
@@ -117,7 +117,7 @@ async fn flood(proxy: &Standalone, api: &ApiServer, rounds: usize, per_round: us
     for r in 0..rounds {
         let (refused, served) = round(&client, r * per_round, per_round, mixed).await;
         let users = (r * per_round..(r + 1) * per_round)
-            .filter(|i| i % 3 == 0)
+            .filter(|i| i.is_multiple_of(3))
             .count();
         assert_eq!(served, users, "round {r}: new users served");
         assert_eq!(refused, per_round - served, "round {r}: bad tokens refused");
@@ -150,11 +150,12 @@ async fn a_flood_of_distinct_tokens_is_refused_and_memory_stays_bounded() {
 /// Full scale: four rounds of 20,000 distinct tokens (80,000: the token cache's cap overflowed
 /// almost five times, the authorization cache's three times). Once both caches are full (after
 /// the second round) the memory plateaus: the last two rounds, 40,000 more tokens whose entries
-/// would take well over 8 MiB if they were kept, may not raise it by more than 4 MiB.
+/// would take about 30 MiB if they were kept (the first round's 20,000 took 18 MiB on top of the
+/// start), may not raise it by more than 8 MiB (measured: 3 MiB, allocator noise).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "about three minutes on a two-core machine; run with --ignored"]
 async fn distinct_tokens_overflowing_both_caps_leave_memory_flat() {
-    const PLATEAU_SLACK_KIB: u64 = 4 * 1024;
+    const PLATEAU_SLACK_KIB: u64 = 8 * 1024;
     let (api, proxy) = flooded_proxy().await;
     let rss = flood(&proxy, &api, 4, 20_000).await;
     assert!(

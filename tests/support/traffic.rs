@@ -162,8 +162,7 @@ impl Traffic {
                     .count(name, phase, format!("worker failed: {e}"));
             }
         }
-        let tally = self.shared.tally.lock().unwrap().clone();
-        tally
+        self.shared.tally.lock().unwrap().clone()
     }
 }
 
