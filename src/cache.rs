@@ -216,6 +216,38 @@ mod tests {
         );
     }
 
+    /// Fifteen times the cap in distinct keys, as a flood of distinct bad tokens would bring:
+    /// the cache never holds more than its cap (moka evicts, or refuses admission, as entries
+    /// arrive). A million keys hold the same way but take 30 s in a debug build.
+    #[tokio::test]
+    async fn distinct_keys_far_beyond_the_cap_never_exceed_it() {
+        const CAP: u64 = 16_384;
+        let cache: ReviewCache<u32> = ReviewCache::new(
+            ReviewKind::TokenReview,
+            CAP,
+            |_| Duration::from_secs(3600),
+            Arc::new(Metrics::new()),
+        );
+        let mut most = 0;
+        for i in 0..(15 * CAP as u32) {
+            let mut h = KeyHasher::sha256();
+            h.field(&i.to_be_bytes());
+            let answer = cache
+                .get_or_review(h.finish(), async move { Ok::<_, ()>(i) })
+                .await;
+            assert_eq!(answer, Ok(i));
+            if i % 65_536 == 0 {
+                cache.cache.run_pending_tasks().await;
+                most = most.max(cache.cache.entry_count());
+            }
+        }
+        cache.cache.run_pending_tasks().await;
+        let held = cache.cache.entry_count();
+        assert!(held <= CAP, "{held} entries held");
+        assert!(most <= CAP, "{most} entries held at one point");
+        assert!(held > CAP / 2, "the cache is in use: {held} entries");
+    }
+
     #[tokio::test]
     async fn ttl_is_chosen_per_answer() {
         let cache: ReviewCache<bool> = ReviewCache::new(

@@ -324,6 +324,9 @@ impl Verdict {
 /// Decides SubjectAccessReviews.
 type Rules = Arc<dyn Fn(&AccessReview) -> Verdict + Send + Sync>;
 
+/// Decides TokenReviews of tokens not added one by one: the user, or the rejection's error.
+type TokenRule = Arc<dyn Fn(&str) -> Result<TokenUser, String> + Send + Sync>;
+
 /// One answered call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Call {
@@ -345,6 +348,7 @@ struct Pending {
 /// Everything the tests set and read, shared with the connection tasks.
 struct State {
     tokens: BTreeMap<String, TokenVerdict>,
+    token_rule: Option<TokenRule>,
     rules: Rules,
     faults: Vec<Pending>,
     hold: Option<(Target, watch::Receiver<bool>)>,
@@ -446,6 +450,7 @@ impl ApiServer {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 tokens: BTreeMap::new(),
+                token_rule: None,
                 rules: Arc::new(|_: &AccessReview| Verdict::no_opinion()),
                 faults: Vec::new(),
                 hold: None,
@@ -547,6 +552,16 @@ current-context: stand-in
                 error: error.to_owned(),
             },
         );
+    }
+
+    /// Decides TokenReviews of tokens neither added nor rejected one by one with `rule`:
+    /// `Ok(user)` authenticates, `Err(error)` rejects with that `status.error` ("" for a quiet
+    /// rejection). For scenarios that need more distinct tokens than a table should hold.
+    pub fn set_token_rule(
+        &self,
+        rule: impl Fn(&str) -> Result<TokenUser, String> + Send + Sync + 'static,
+    ) {
+        self.shared.lock().token_rule = Some(Arc::new(rule));
     }
 
     /// Decides every later SubjectAccessReview with `rules`.
@@ -959,7 +974,13 @@ fn review_token(body: &[u8], shared: &Shared) -> (StatusCode, Value) {
         requested.clone()
     };
     let mut status = Map::new();
-    match state.tokens.get(token) {
+    let verdict = state.tokens.get(token).cloned().or_else(|| {
+        state.token_rule.as_ref().map(|rule| match rule(token) {
+            Ok(user) => TokenVerdict::Authenticated(user),
+            Err(error) => TokenVerdict::Rejected { error },
+        })
+    });
+    match &verdict {
         Some(TokenVerdict::Authenticated(user)) => {
             let audiences: Vec<&String> = user
                 .audiences

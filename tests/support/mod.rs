@@ -3,7 +3,9 @@
 //! stand-in kubelet and the real proxy on loopback from a real command line ([`harness`]), and a
 //! stand-in API server answering TokenReviews and SubjectAccessReviews ([`apiserver`]). For the
 //! operations scenarios: background traffic ([`load`]), the binary as a process ([`process`]),
-//! Kubernetes-style volumes ([`volume`]) and `/metrics` parsing ([`metrics`]).
+//! Kubernetes-style volumes ([`volume`]) and `/metrics` parsing ([`metrics`]). For the failing
+//! neighbours: the binary in front of a kubelet that restarts on its port ([`standalone`],
+//! [`relay`]), what a process holds ([`procfs`]) and traffic that tallies answers ([`traffic`]).
 
 pub mod apiserver;
 pub mod client;
@@ -12,8 +14,12 @@ pub mod load;
 pub mod metrics;
 pub mod pki;
 pub mod process;
+pub mod procfs;
 pub mod raw;
+pub mod relay;
+pub mod standalone;
 pub mod streams;
+pub mod traffic;
 pub mod volume;
 
 use std::future::Future;

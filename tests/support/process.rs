@@ -137,12 +137,29 @@ impl ProxyProcess {
         args: &[String],
         env: &[(&str, &OsStr)],
     ) -> ProxyProcess {
+        ProxyProcess::start_logging(dir, name, args, env, "json").await
+    }
+
+    /// [`ProxyProcess::start`] with `--log-format=<format>` (`json` or `text`): the addresses
+    /// are read from the start-up line in either format.
+    pub async fn start_logging(
+        dir: &TempDir,
+        name: &str,
+        args: &[String],
+        env: &[(&str, &OsStr)],
+        format: &str,
+    ) -> ProxyProcess {
         let mut args = args.to_vec();
-        args.push("--log-format=json".to_owned());
+        args.push(format!("--log-format={format}"));
         let mut spawned = Spawned::spawn(dir, name, &args, env);
         let deadline = Instant::now() + STEP_TIMEOUT;
         let (addr, admin_addr) = loop {
-            if let Some(addresses) = serving_addresses(&spawned.stderr()) {
+            let log = spawned.stderr();
+            let found = match format {
+                "json" => serving_addresses(&log),
+                _ => serving_addresses_text(&log),
+            };
+            if let Some(addresses) = found {
                 break addresses;
             }
             if let Some(status) = spawned.child.try_wait().unwrap() {
@@ -166,6 +183,11 @@ impl ProxyProcess {
     /// The kubelet API address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The process id, for `/proc/<pid>`.
+    pub fn pid(&self) -> u32 {
+        self.spawned.child.id()
     }
 
     /// The admin address (`/healthz`, `/readyz`, `/metrics`).
@@ -212,6 +234,19 @@ fn serving_addresses(log: &str) -> Option<(SocketAddr, SocketAddr)> {
             fields["admin_addr"].as_str()?.parse().ok()?,
         ))
     })
+}
+
+/// The addresses in the "serving the kubelet API" line of a text log, once it is there.
+fn serving_addresses_text(log: &str) -> Option<(SocketAddr, SocketAddr)> {
+    let line = log
+        .lines()
+        .find(|line| line.contains("serving the kubelet API"))?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|word| word.strip_prefix(name))
+            .and_then(|value| value.parse().ok())
+    };
+    Some((field("addr=")?, field("admin_addr=")?))
 }
 
 /// Writes what the binary needs to serve `upstream` (a serving certificate and key from `ca`, `ca`
