@@ -6,6 +6,7 @@ mod connector;
 mod error;
 mod forwarder;
 pub mod headers;
+mod pool;
 mod upgrade;
 
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 pub use error::{ForwardError, ProxyError};
 pub use forwarder::Forwarder;
+pub use pool::UpstreamBody;
 pub use upgrade::StreamEnded;
 
 /// Where the kubelet listens (`--upstream`).
