@@ -275,7 +275,11 @@ async fn serve_connection(
     let service = service_fn(move |req| {
         let pipeline = Arc::clone(&pipeline);
         let identity = Arc::clone(&identity);
-        async move { Ok::<_, Infallible>(pipeline.handle(&identity, peer, req).await) }
+        // Boxed: hyper keeps a slot the size of the service's future in every connection for its
+        // whole life, idle ones included. The pipeline's future (authentication, authorization
+        // and forwarding state) takes kilobytes; boxed, the slot is a pointer and that memory is
+        // only held while a request is in flight.
+        Box::pin(async move { Ok::<_, Infallible>(pipeline.handle(&identity, peer, req).await) })
     });
     let conn = http
         .serve_connection_with_upgrades(TokioIo::new(tls), service)
