@@ -12,6 +12,7 @@ mod cli;
 mod config_files;
 mod delegated;
 mod forwarding;
+mod fuzz_corpus;
 mod hostile;
 mod manifests;
 mod path_safety;
