@@ -135,16 +135,14 @@ impl ApiServerClient {
             spec,
             ..TokenReview::default()
         };
-        let answer: TokenReview = self
+        let body = self
             .create(
                 ReviewKind::TokenReview,
                 "/apis/authentication.k8s.io/v1/tokenreviews",
                 &review,
             )
             .await?;
-        answer
-            .status
-            .ok_or_else(|| ApiCallError::InvalidResponse("TokenReview without status".into()))
+        decode_token_review(&body)
     }
 
     /// Creates a SubjectAccessReview (`authorization.k8s.io/v1`) and returns its status.
@@ -156,26 +154,24 @@ impl ApiServerClient {
             spec,
             ..SubjectAccessReview::default()
         };
-        let answer: SubjectAccessReview = self
+        let body = self
             .create(
                 ReviewKind::SubjectAccessReview,
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                 &review,
             )
             .await?;
-        answer.status.ok_or_else(|| {
-            ApiCallError::InvalidResponse("SubjectAccessReview without status".into())
-        })
+        decode_subject_access_review(&body)
     }
 
-    /// POSTs `object` to `path` with the kubelet's retries, returning the decoded answer or the
-    /// last attempt's error.
-    async fn create<T: Serialize + DeserializeOwned>(
+    /// POSTs `object` to `path` with the kubelet's retries, returning the body of the successful
+    /// answer or the last attempt's error.
+    async fn create<T: Serialize>(
         &self,
         kind: ReviewKind,
         path: &'static str,
         object: &T,
-    ) -> Result<T, ApiCallError> {
+    ) -> Result<Bytes, ApiCallError> {
         let body = Bytes::from(
             serde_json::to_vec(object)
                 .map_err(|e| ApiCallError::InvalidResponse(format!("encoding request: {e}")))?,
@@ -199,11 +195,7 @@ impl ApiServerClient {
                 started.elapsed(),
             );
             match result {
-                Ok((_, bytes)) => {
-                    return serde_json::from_slice(&bytes).map_err(|e| {
-                        ApiCallError::InvalidResponse(format!("decoding {}: {e}", kind.as_str()))
-                    });
-                }
+                Ok((_, bytes)) => return Ok(bytes),
                 Err(AttemptError { error, retry }) => {
                     if !retry || attempt == MAX_ATTEMPTS {
                         return Err(error);
@@ -322,6 +314,40 @@ struct StatusBody {
 struct StatusDetails {
     #[serde(default)]
     retry_after_seconds: u64,
+}
+
+/// The status of a successful TokenReview answer's body. Public so the decoding of what an API
+/// server (or whatever answers in its place) sends can be exercised on its own, as the fuzzer does.
+pub fn decode_token_review(body: &[u8]) -> Result<TokenReviewStatus, ApiCallError> {
+    decode::<TokenReview>(ReviewKind::TokenReview, body)?
+        .status
+        .ok_or_else(|| ApiCallError::InvalidResponse("TokenReview without status".into()))
+}
+
+/// The status of a successful SubjectAccessReview answer's body; public for the same reason as
+/// [`decode_token_review`].
+pub fn decode_subject_access_review(
+    body: &[u8],
+) -> Result<SubjectAccessReviewStatus, ApiCallError> {
+    decode::<SubjectAccessReview>(ReviewKind::SubjectAccessReview, body)?
+        .status
+        .ok_or_else(|| ApiCallError::InvalidResponse("SubjectAccessReview without status".into()))
+}
+
+fn decode<T: DeserializeOwned>(kind: ReviewKind, body: &[u8]) -> Result<T, ApiCallError> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiCallError::InvalidResponse(format!("decoding {}: {e}", kind.as_str())))
+}
+
+/// How an error answer (`status`, its `Retry-After` seconds and `body`) is reported, and whether
+/// it is retried. Public so the parsing of hostile error bodies can be exercised on its own.
+pub fn classify_error_answer(
+    status: StatusCode,
+    retry_after: u64,
+    body: &[u8],
+) -> (ApiCallError, bool) {
+    let AttemptError { error, retry } = status_error(status, retry_after, body);
+    (error, retry)
 }
 
 /// An HTTP error answer, classified as client-go and `DefaultShouldRetry` would: retried for

@@ -27,8 +27,9 @@ pub enum PathError {
     /// A `%` not followed by two hex digits. Go refuses these too.
     #[error("invalid percent-encoding in path")]
     InvalidEscape,
-    /// An escape decoding to a control byte (0x00–0x1F, 0x7F), which no kubelet path needs and
-    /// which could split or hide parts of the path in logs.
+    /// Escapes decoding to a control character: a control byte (0x00–0x1F, 0x7F) or a UTF-8 C1
+    /// control (U+0080–U+009F, such as NEL, which some log readers break lines at). No kubelet
+    /// path needs them, and they could split or hide parts of the path in logs.
     #[error("percent-encoded control character in path")]
     EncodedControl,
     /// `%2F`: the kubelet decodes it before routing, so it would cross segment boundaries we
@@ -159,7 +160,14 @@ fn scan(raw: &str) -> Result<Scan, PathError> {
         needs_cleaning = true;
     }
     let decoded = match decoded {
-        Some(buffer) => Some(String::from_utf8(buffer).map_err(|_| PathError::InvalidUtf8)?),
+        Some(buffer) => {
+            let text = String::from_utf8(buffer).map_err(|_| PathError::InvalidUtf8)?;
+            // Literal bytes are ASCII, so a C1 control can only come from escapes.
+            if text.chars().any(char::is_control) {
+                return Err(PathError::EncodedControl);
+            }
+            Some(text)
+        }
         None => None,
     };
     Ok(Scan {

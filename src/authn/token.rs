@@ -12,7 +12,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::header::{AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
 use http::{HeaderMap, Version};
-use k8s_openapi::api::authentication::v1::TokenReviewSpec;
+use k8s_openapi::api::authentication::v1::{TokenReviewSpec, TokenReviewStatus};
 
 use super::User;
 use crate::apiserver::{ApiCallError, ApiServerClient};
@@ -201,37 +201,49 @@ impl TokenReviewAuthenticator {
             audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
         };
         let status = self.client.token_review(spec).await?;
-        if status.authenticated != Some(true) {
-            return match status.error.filter(|e| !e.is_empty()) {
-                Some(error) => Err(ReviewError::Rejected(error)),
-                None => Ok(None),
-            };
-        }
-        if !self.audiences.is_empty() {
-            let answered = status.audiences.unwrap_or_default();
-            if !answered.iter().any(|a| self.audiences.contains(a)) {
-                return Ok(None);
-            }
-        }
-        let info = status.user.unwrap_or_default();
-        let mut user = User {
-            name: info.username.unwrap_or_default(),
-            uid: info.uid.unwrap_or_default(),
-            groups: info.groups.unwrap_or_default(),
-            extra: info
-                .extra
-                .unwrap_or_default()
-                .into_iter()
-                .collect::<BTreeMap<_, _>>(),
-        };
-        if user.name.is_empty() {
-            return Err(ReviewError::Rejected(
-                "TokenReview returned no user name".into(),
-            ));
-        }
-        user.add_authenticated_group();
-        Ok(Some(Arc::new(user)))
+        user_from_token_review(status, &self.audiences)
+            .map(|user| user.map(Arc::new))
+            .map_err(ReviewError::Rejected)
     }
+}
+
+/// Interprets a TokenReview status as the kubelet does: the user (with `system:authenticated`
+/// added), `Ok(None)` for a plain rejection or an answer for none of `audiences` (when any were
+/// asked for), or `Err` with the API server's reason when it rejected the token with an error or
+/// authenticated it without a user name. Public so the handling of whatever the API server
+/// answers can be exercised on its own, as the fuzzer does.
+pub fn user_from_token_review(
+    status: TokenReviewStatus,
+    audiences: &[String],
+) -> Result<Option<User>, String> {
+    if status.authenticated != Some(true) {
+        return match status.error.filter(|e| !e.is_empty()) {
+            Some(error) => Err(error),
+            None => Ok(None),
+        };
+    }
+    if !audiences.is_empty() {
+        let answered = status.audiences.unwrap_or_default();
+        if !answered.iter().any(|a| audiences.contains(a)) {
+            return Ok(None);
+        }
+    }
+    let info = status.user.unwrap_or_default();
+    let mut user = User {
+        name: info.username.unwrap_or_default(),
+        uid: info.uid.unwrap_or_default(),
+        groups: info.groups.unwrap_or_default(),
+        extra: info
+            .extra
+            .unwrap_or_default()
+            .into_iter()
+            .collect::<BTreeMap<_, _>>(),
+    };
+    if user.name.is_empty() {
+        return Err("TokenReview returned no user name".into());
+    }
+    user.add_authenticated_group();
+    Ok(Some(user))
 }
 
 /// Why a review gave no cacheable answer.

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
+};
 
 use super::{API_VERSION, Attributes, AuthorizationError, Decision, RESOURCE, Reason};
 use crate::apiserver::ApiServerClient;
@@ -91,15 +93,25 @@ impl SubjectAccessReviewAuthorizer {
             .subject_access_review(review_spec(attrs))
             .await
             .map_err(|e| AuthorizationError::Webhook(e.to_string()))?;
-        let reason = || Reason::Shared(Arc::from(status.reason.as_deref().unwrap_or_default()));
-        match (status.allowed, status.denied == Some(true)) {
-            (true, true) => Err(AuthorizationError::Webhook(
-                "SubjectAccessReview answered both allowed and denied".into(),
-            )),
-            (true, false) => Ok(Decision::Allow(reason())),
-            (false, true) => Ok(Decision::Deny(reason())),
-            (false, false) => Ok(Decision::NoOpinion(reason())),
-        }
+        decision_from_review(&status)
+    }
+}
+
+/// The kubelet's reading of a SubjectAccessReview status (reference §5.2): allowed → `Allow`,
+/// denied → `Deny`, neither → `NoOpinion`, each with the API server's reason; both is an error.
+/// Public so the handling of whatever the API server answers can be exercised on its own, as the
+/// fuzzer does.
+pub fn decision_from_review(
+    status: &SubjectAccessReviewStatus,
+) -> Result<Decision, AuthorizationError> {
+    let reason = || Reason::Shared(Arc::from(status.reason.as_deref().unwrap_or_default()));
+    match (status.allowed, status.denied == Some(true)) {
+        (true, true) => Err(AuthorizationError::Webhook(
+            "SubjectAccessReview answered both allowed and denied".into(),
+        )),
+        (true, false) => Ok(Decision::Allow(reason())),
+        (false, true) => Ok(Decision::Deny(reason())),
+        (false, false) => Ok(Decision::NoOpinion(reason())),
     }
 }
 

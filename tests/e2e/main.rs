@@ -13,6 +13,7 @@ mod config_files;
 mod delegated;
 mod explain;
 mod forwarding;
+mod fuzz_corpus;
 mod hostile;
 mod manifests;
 mod memory_bounds;
