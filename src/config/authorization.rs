@@ -122,7 +122,7 @@ pub fn load(path: &Path) -> Result<Vec<AuthorizerSpec>, ConfigError> {
         path: path.to_owned(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| error(format!("cannot read: {e}")))?;
+    let text = super::file::read_text(FLAG, path)?;
     let config: AuthorizationConfiguration =
         serde_saphyr::from_str_with_options(&text, serde_saphyr::options! { with_snippet: false })
             .map_err(|e| error(e.to_string()))?;
@@ -360,6 +360,17 @@ mod tests {
     const WEBHOOK: &str = "  - type: Webhook\n    name: webhook\n    webhook:\n      timeout: 3s\n      \
          subjectAccessReviewVersion: v1\n      failurePolicy: Deny\n      \
          connectionInfo: {type: KubeConfigFile, kubeConfigFile: KUBECONFIG}\n";
+
+    #[test]
+    fn a_file_over_one_mebibyte_is_refused_unread() {
+        let padding = format!("# {}\n", "x".repeat(1 << 20));
+        let err = load_text(
+            "huge",
+            &format!("{HEAD}{padding}authorizers:\n  - type: Node\n"),
+        )
+        .unwrap_err();
+        assert!(err.contains("larger than 1048576 bytes"), "{err}");
+    }
 
     #[test]
     fn a_full_chain_loads() {

@@ -47,7 +47,9 @@ fn read_mapping(flag: &'static str, path: &Path) -> Result<Map<String, Value>, C
     }
 }
 
-fn read_text(flag: &'static str, path: &Path) -> Result<String, ConfigError> {
+/// Reads a configuration file of at most [`MAX_CONFIG_BYTES`]: a larger one is refused rather than
+/// read into memory whole.
+pub(crate) fn read_text(flag: &'static str, path: &Path) -> Result<String, ConfigError> {
     use std::io::Read;
     let file = std::fs::File::open(path)
         .map_err(|e| file_error(flag, path, format!("cannot read: {e}")))?;
