@@ -2,18 +2,18 @@
 //! bodies are byte-for-byte the kubelet's (reference §1.1), so clients and alerts written against
 //! the kubelet keep working.
 
-use crate::proxy::UpstreamBody;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, LOCATION};
 use http::{Method, Response, StatusCode};
 use http_body_util::{Either, Full};
+use hyper::body::Incoming;
 
 use crate::authn::User;
 use crate::authz::RESOURCE;
 use crate::authz::attributes::Subresources;
 
 /// A response body: the kubelet's, streamed through, or one of ours.
-pub type ResponseBody = Either<UpstreamBody, Full<Bytes>>;
+pub type ResponseBody = Either<Incoming, Full<Bytes>>;
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const TEXT_HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");

@@ -1,7 +1,8 @@
-//! Opens connections to the kubelet for the pool: TCP (TCP_NODELAY), TLS over TCP
+//! Opens connections to the kubelet for the pooled client: TCP (TCP_NODELAY), TLS over TCP
 //! (tokio-rustls with the caller's ring-based config), or a unix socket, all under one connect
 //! timeout. The endpoint is fixed at construction: a request URI never chooses where we connect.
 
+use std::future::Future;
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -9,6 +10,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use http::Uri;
+use hyper_util::client::legacy::connect::{Connected, Connection};
 use hyper_util::rt::TokioIo;
 use rustls_pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -34,7 +37,7 @@ pub(crate) enum Endpoint {
 /// Why a connection to the kubelet could not be opened. Its messages name no host, path or
 /// credential; the `io::Error` source says what the OS or TLS stack reported.
 #[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
+pub(crate) enum ConnectError {
     #[error("connect timed out")]
     Timeout,
     #[error("TCP connect failed")]
@@ -45,7 +48,8 @@ pub enum ConnectError {
     Tls(#[source] io::Error),
 }
 
-/// Opens new connections for the pool. Cheap to clone (one `Arc`).
+/// The `tower_service::Service<Uri>` the pooled client calls for each new connection.
+/// Cheap to clone (one `Arc`), as the client requires.
 #[derive(Clone)]
 pub(crate) struct UpstreamConnector {
     inner: Arc<Inner>,
@@ -99,13 +103,24 @@ async fn tcp(host: &str, port: u16) -> Result<TcpStream, ConnectError> {
     Ok(stream)
 }
 
-impl UpstreamConnector {
-    /// Opens a connection to the configured endpoint within the connect timeout.
-    pub(crate) async fn connect(&self) -> Result<TokioIo<UpstreamStream>, ConnectError> {
-        match tokio::time::timeout(self.inner.timeout, self.inner.connect()).await {
-            Ok(stream) => stream.map(TokioIo::new),
-            Err(_elapsed) => Err(ConnectError::Timeout),
-        }
+impl tower_service::Service<Uri> for UpstreamConnector {
+    type Response = TokioIo<UpstreamStream>;
+    type Error = ConnectError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ConnectError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    /// Connects to the configured endpoint; the URI only serves as the pool key.
+    fn call(&mut self, _uri: Uri) -> Self::Future {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            match tokio::time::timeout(inner.timeout, inner.connect()).await {
+                Ok(stream) => stream.map(TokioIo::new),
+                Err(_elapsed) => Err(ConnectError::Timeout),
+            }
+        })
     }
 }
 
@@ -115,6 +130,13 @@ pub(crate) enum UpstreamStream {
     /// Boxed: a TLS session is much larger than a socket.
     Tls(Box<TlsStream<TcpStream>>),
     Unix(UnixStream),
+}
+
+impl Connection for UpstreamStream {
+    /// Always plain HTTP/1.1 (we never offer h2 by ALPN), never through an HTTP proxy.
+    fn connected(&self) -> Connected {
+        Connected::new()
+    }
 }
 
 impl AsyncRead for UpstreamStream {

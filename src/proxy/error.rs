@@ -2,6 +2,8 @@
 //! from the configuration, [`ForwardError`] when one request cannot be forwarded (the server
 //! answers it with 502). Messages are short and safe to show to a client and to log.
 
+use hyper_util::client::legacy;
+
 use super::connector::ConnectError;
 use super::headers::IdentityHeaderError;
 
@@ -31,21 +33,21 @@ pub enum ProxyError {
 pub enum ForwardError {
     /// TCP or unix-socket connect failed (refused, unreachable, name not resolved).
     #[error("upstream connection failed")]
-    Connect(#[source] ConnectError),
+    Connect(#[source] legacy::Error),
     /// The TLS handshake with the kubelet failed (certificate not trusted, wrong name, ...).
     #[error("upstream TLS handshake failed")]
-    Tls(#[source] ConnectError),
+    Tls(#[source] legacy::Error),
     /// Connecting (including the TLS handshake) took longer than the connect timeout.
     #[error("upstream connect timed out")]
-    Timeout(#[source] ConnectError),
+    Timeout(#[source] legacy::Error),
     /// The kubelet closed the connection or sent something that is not valid HTTP/1.1.
     #[error("upstream protocol error")]
-    Protocol(#[source] hyper::Error),
+    Protocol(#[source] legacy::Error),
 
     /// The caller's request body could not be read (a malformed chunked encoding, a connection
     /// cut mid-body): the caller's fault, not the kubelet's.
     #[error("malformed request body")]
-    CallerBody(#[source] hyper::Error),
+    CallerBody(#[source] legacy::Error),
     /// The kubelet answered `101 Switching Protocols` to a request that asked for no upgrade.
     #[error("upstream switched protocols unasked")]
     UnexpectedSwitchingProtocols,
@@ -60,21 +62,28 @@ pub enum ForwardError {
 }
 
 impl ForwardError {
-    /// Classifies a failure to open a connection.
-    pub(crate) fn connect(err: ConnectError) -> ForwardError {
-        match err {
-            ConnectError::Timeout => ForwardError::Timeout(err),
-            ConnectError::Tls(_) => ForwardError::Tls(err),
-            ConnectError::Tcp(_) | ConnectError::Unix(_) => ForwardError::Connect(err),
+    /// Classifies a client error by the connector error in its source chain, if any.
+    pub(crate) fn from_client(err: legacy::Error) -> ForwardError {
+        let mut source = std::error::Error::source(&err);
+        while let Some(e) = source {
+            // The only user error the forwarder can cause is the request body failing, which is
+            // the caller's stream.
+            if e.downcast_ref::<hyper::Error>()
+                .is_some_and(hyper::Error::is_user)
+            {
+                return ForwardError::CallerBody(err);
+            }
+            if let Some(connect) = e.downcast_ref::<ConnectError>() {
+                return match connect {
+                    ConnectError::Timeout => ForwardError::Timeout(err),
+                    ConnectError::Tls(_) => ForwardError::Tls(err),
+                    ConnectError::Tcp(_) | ConnectError::Unix(_) => ForwardError::Connect(err),
+                };
+            }
+            source = e.source();
         }
-    }
-
-    /// Classifies an error of an upstream connection or exchange.
-    pub(crate) fn from_hyper(err: hyper::Error) -> ForwardError {
-        // The only user error the forwarder can cause is the request body failing, which is the
-        // caller's stream.
-        if err.is_user() {
-            ForwardError::CallerBody(err)
+        if err.is_connect() {
+            ForwardError::Connect(err)
         } else {
             ForwardError::Protocol(err)
         }

@@ -8,11 +8,12 @@ use http::header::{HOST, HeaderValue};
 use http::uri::{Authority, Scheme, Uri};
 use http::{Extensions, Method, Request, Response, StatusCode, Version};
 use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
 use super::connector::{Endpoint, UpstreamConnector};
-use super::pool::{Pool, UpstreamBody};
 use super::{ForwardError, ForwardOptions, ProxyError, UpstreamTarget, headers, upgrade};
 use crate::authn::User;
 
@@ -32,8 +33,8 @@ const POOL_MAX_IDLE: usize = 1024;
 /// caller spoke, because an upgrade (exec, attach, portForward) only exists in HTTP/1.1.
 #[derive(Clone)]
 pub struct Forwarder {
-    /// Keep-alive connections; every connection goes to the configured kubelet, whatever the URI.
-    pool: Pool,
+    /// The pooled client; every connection goes to the configured kubelet, whatever the URI.
+    client: Client<UpstreamConnector, Incoming>,
     /// `http` or `https`, for the upstream URI (and hence the pool key).
     scheme: Scheme,
     /// The upstream authority (`localhost` for a unix socket), for the URI.
@@ -91,9 +92,14 @@ impl Forwarder {
         let host = HeaderValue::from_str(authority.as_str())
             .expect("a URI authority is a valid header value");
         let connector = UpstreamConnector::new(endpoint, options.connect_timeout);
-        let pool = Pool::new(connector, POOL_MAX_IDLE, POOL_IDLE_TIMEOUT);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(POOL_MAX_IDLE)
+            .set_host(false)
+            .build(connector);
         Ok(Forwarder {
-            pool,
+            client,
             scheme,
             authority,
             host,
@@ -116,7 +122,7 @@ impl Forwarder {
         &self,
         mut req: Request<Incoming>,
         user: &User,
-    ) -> Result<Response<UpstreamBody>, ForwardError> {
+    ) -> Result<Response<Incoming>, ForwardError> {
         if req.method() == Method::CONNECT {
             return Err(ForwardError::UnsupportedRequest);
         }
@@ -135,34 +141,34 @@ impl Forwarder {
         }
         parts.headers.insert(HOST, self.host.clone());
 
-        let req = Request::from_parts(parts, body);
-        let mut resp = match caller_upgrade {
-            None => self.pool.send(req).await?,
-            Some(caller) => {
-                let mut resp = self.pool.send_upgrade(req).await?;
-                if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-                    let ended = upgrade::splice(caller, hyper::upgrade::on(&mut resp));
-                    resp.extensions_mut().insert(ended);
-                }
-                resp.map(UpstreamBody::detached)
-            }
-        };
+        let mut resp = self
+            .client
+            .request(Request::from_parts(parts, body))
+            .await
+            .map_err(ForwardError::from_client)?;
+
         let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-        if switched && !upgrade {
-            return Err(ForwardError::UnexpectedSwitchingProtocols);
+        if switched {
+            let caller = caller_upgrade.ok_or(ForwardError::UnexpectedSwitchingProtocols)?;
+            let ended = upgrade::splice(caller, hyper::upgrade::on(&mut resp));
+            resp.extensions_mut().insert(ended);
         }
         headers::sanitize_response_headers(resp.headers_mut(), switched);
         Ok(resp)
     }
 
-    /// The caller's path and query, unchanged, in origin form (`/path?query`): the connection
-    /// already goes to the kubelet.
+    /// `scheme://authority` + the caller's path and query, unchanged.
     fn upstream_uri(&self, uri: &Uri) -> Result<Uri, ForwardError> {
         let path_and_query = uri
             .path_and_query()
             .filter(|pq| pq.as_str().starts_with('/'))
             .ok_or(ForwardError::UnsupportedRequest)?;
-        Ok(Uri::from(path_and_query.clone()))
+        Uri::builder()
+            .scheme(self.scheme.clone())
+            .authority(self.authority.clone())
+            .path_and_query(path_and_query.clone())
+            .build()
+            .map_err(|_| ForwardError::UnsupportedRequest)
     }
 }
 
@@ -209,7 +215,7 @@ mod tests {
     use http::header::{CONNECTION, SEC_WEBSOCKET_ACCEPT, SEC_WEBSOCKET_KEY, UPGRADE};
     use http_body_util::{BodyExt, Either, Full};
     use hyper::service::service_fn;
-    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use hyper_util::rt::TokioIo;
     use hyper_util::server::conn::auto;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
     use serde_json::Value;
@@ -222,7 +228,7 @@ mod tests {
     /// Bound on every wait, so a bug fails the test instead of hanging it.
     const WAIT: Duration = Duration::from_secs(10);
 
-    type FrontBody = Either<UpstreamBody, Full<Bytes>>;
+    type FrontBody = Either<Incoming, Full<Bytes>>;
 
     /// A stand-in kubelet over TLS and a front server forwarding to it as alice, with or without
     /// identity headers.

@@ -6,7 +6,6 @@ mod connector;
 mod error;
 mod forwarder;
 pub mod headers;
-mod pool;
 mod upgrade;
 
 use std::path::PathBuf;
@@ -14,7 +13,6 @@ use std::time::Duration;
 
 pub use error::{ForwardError, ProxyError};
 pub use forwarder::Forwarder;
-pub use pool::UpstreamBody;
 pub use upgrade::StreamEnded;
 
 /// Where the kubelet listens (`--upstream`).
