@@ -494,53 +494,42 @@ pub async fn explain(
     explanation
 }
 
-/// Asks each authorizer of `chain` about `attrs` with the chain's semantics
-/// ([`AuthorizerChain::authorize`]): the first `Allow` or `Deny` decides and later ones are not
-/// asked; an error is the decision only when nothing else decides, and ends the chain at once for
-/// an authorizer that [`stops_chain_on_error`](Authorizer::stops_chain_on_error).
+/// Asks the authorizers of `chain` about `attrs` through [`AuthorizerChain::authorize_observed`],
+/// so the answers shown follow exactly the chain's semantics; authorizers the chain did not ask
+/// (after the deciding one) are listed as not asked.
 async fn trial(
     chain: &AuthorizerChain,
     attrs: &Attributes<'_>,
     subresource: &'static str,
 ) -> AttributeTrial {
     let mut answers = Vec::with_capacity(chain.authorizers().len());
-    let mut decided: Option<(Answer, &'static str)> = None;
-    let mut failed = false;
-    let mut stopped = false;
-    for authorizer in chain.authorizers() {
-        let name = authorizer.name();
-        if decided.is_some() || stopped {
+    let result = chain
+        .authorize_observed(attrs, |authorizer, answer| {
+            let (answer, reason) = match answer {
+                Ok(Decision::Allow(reason)) => (Answer::Allow, reason.to_string()),
+                Ok(Decision::Deny(reason)) => (Answer::Deny, reason.to_string()),
+                Ok(Decision::NoOpinion(reason)) => (Answer::NoOpinion, reason.to_string()),
+                Err(error) => (Answer::Error, error.to_string()),
+            };
             answers.push(AuthorizerAnswer {
-                authorizer: name,
-                answer: Answer::NotAsked,
-                reason: String::new(),
+                authorizer: authorizer.name(),
+                answer,
+                reason,
             });
-            continue;
-        }
-        let (answer, reason) = match authorizer.authorize(attrs).await {
-            Ok(Decision::Allow(reason)) => (Answer::Allow, reason.to_string()),
-            Ok(Decision::Deny(reason)) => (Answer::Deny, reason.to_string()),
-            Ok(Decision::NoOpinion(reason)) => (Answer::NoOpinion, reason.to_string()),
-            Err(error) => (Answer::Error, error.to_string()),
-        };
-        match answer {
-            Answer::Allow | Answer::Deny => decided = Some((answer, name)),
-            Answer::Error => {
-                failed = true;
-                stopped = authorizer.stops_chain_on_error();
-            }
-            Answer::NoOpinion | Answer::NotAsked => {}
-        }
+        })
+        .await;
+    for authorizer in &chain.authorizers()[answers.len()..] {
         answers.push(AuthorizerAnswer {
-            authorizer: name,
-            answer,
-            reason,
+            authorizer: authorizer.name(),
+            answer: Answer::NotAsked,
+            reason: String::new(),
         });
     }
-    let (decision, decided_by) = match decided {
-        Some((answer, name)) => (answer, Some(name)),
-        None if failed => (Answer::Error, None),
-        None => (Answer::NoOpinion, None),
+    let (decision, decided_by) = match result {
+        Ok((Decision::Allow(_), by)) => (Answer::Allow, by),
+        Ok((Decision::Deny(_), by)) => (Answer::Deny, by),
+        Ok((Decision::NoOpinion(_), _)) => (Answer::NoOpinion, None),
+        Err(_) => (Answer::Error, None),
     };
     AttributeTrial {
         subresource,

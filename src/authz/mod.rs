@@ -109,7 +109,7 @@ impl Authorizer {
     }
 
     /// Whether an error of this authorizer ends the chain (a webhook with `failurePolicy: Deny`).
-    pub fn stops_chain_on_error(&self) -> bool {
+    fn stops_chain_on_error(&self) -> bool {
         matches!(self, Authorizer::Webhook(webhook) if webhook.stops_chain_on_error())
     }
 
@@ -158,10 +158,23 @@ impl AuthorizerChain {
         &self,
         attrs: &Attributes<'_>,
     ) -> Result<(Decision, Option<&'static str>), AuthorizationError> {
+        self.authorize_observed(attrs, |_, _| {}).await
+    }
+
+    /// [`authorize`](Self::authorize), showing `observe` each authorizer's answer as it comes, in
+    /// order; authorizers after the deciding one are not asked and not shown. `explain` uses it
+    /// to show every answer with exactly the chain's semantics; the server passes a no-op.
+    pub async fn authorize_observed(
+        &self,
+        attrs: &Attributes<'_>,
+        mut observe: impl FnMut(&Authorizer, &Result<Decision, AuthorizationError>),
+    ) -> Result<(Decision, Option<&'static str>), AuthorizationError> {
         let mut last = Decision::NoOpinion(Reason::Static("no authorizer configured"));
         let mut error = None;
         for authorizer in &self.authorizers {
-            match authorizer.authorize(attrs).await {
+            let answer = authorizer.authorize(attrs).await;
+            observe(authorizer, &answer);
+            match answer {
                 Ok(decision @ (Decision::Allow(_) | Decision::Deny(_))) => {
                     return Ok((decision, Some(authorizer.name())));
                 }
