@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::Config;
 use crate::authn::{ANONYMOUS_USER, UNAUTHENTICATED_GROUP, User};
-use crate::authz::attributes::{AttributeMapping, kubelet_attributes};
+use crate::authz::attributes::{AttributeMapping, kubelet_attributes, kubelet_verbs};
 use crate::authz::policy::PolicyRole;
 use crate::authz::rbac::PolicyRule;
 use crate::authz::{Attributes, Authorizer, AuthorizerChain, Decision};
@@ -34,20 +34,6 @@ pub const EXIT_NOT_ALLOWED: u8 = 1;
 /// "denied".
 pub const EXIT_ERROR: u8 = 2;
 
-/// Verbs the kubelet ever asks for (reference §1.2); every other method maps to the empty verb.
-const KUBELET_VERBS: &[&str] = &["get", "create", "update", "patch", "delete"];
-/// Subresources some kubelet path table maps to (reference §1.3–§1.4), sorted.
-const KUBELET_SUBRESOURCES: &[&str] = &[
-    "checkpoint",
-    "configz",
-    "healthz",
-    "log",
-    "metrics",
-    "pods",
-    "proxy",
-    "stats",
-    "statusz",
-];
 /// The RBAC wildcard.
 const ALL: &str = "*";
 
@@ -433,7 +419,7 @@ pub async fn explain(
         subresources: Vec::new(),
         attributes: Vec::new(),
         result: forwarded(),
-        warnings: policy_warnings(chain, node_name),
+        warnings: policy_warnings(chain, mapping, node_name),
     };
     let (raw_path, query) = match target.split_once('?') {
         Some((path, query)) => (path, Some(query)),
@@ -579,25 +565,43 @@ async fn refusal(outcome: OutcomeKind, response: Response<ResponseBody>) -> Outc
 }
 
 /// Warnings for every rule of every local policy in `chain` that can never match a kubelet
-/// request on `node_name`.
-pub fn policy_warnings(chain: &AuthorizerChain, node_name: &str) -> Vec<PolicyWarning> {
+/// request on `node_name` under `mapping`.
+pub fn policy_warnings(
+    chain: &AuthorizerChain,
+    mapping: &AttributeMapping,
+    node_name: &str,
+) -> Vec<PolicyWarning> {
     let mut warnings = Vec::new();
     for authorizer in chain.authorizers() {
         if let Authorizer::Policy(policy) = authorizer {
             for role in policy.current().roles() {
-                warnings.extend(role_warnings(&role, node_name));
+                warnings.extend(role_warnings(&role, mapping, node_name));
             }
         }
     }
     warnings
 }
 
+/// What the kubelet ever asks about, from the attribute table in force.
+struct Asked {
+    verbs: [&'static str; 5],
+    subresources: Vec<&'static str>,
+}
+
 /// Warnings for the rules of one ClusterRole: entries of a rule that no kubelet request can
-/// match, each marked with whether the rule as a whole is dead.
-pub fn role_warnings(role: &PolicyRole<'_>, node_name: &str) -> Vec<PolicyWarning> {
+/// match under `mapping`, each marked with whether the rule as a whole is dead.
+pub fn role_warnings(
+    role: &PolicyRole<'_>,
+    mapping: &AttributeMapping,
+    node_name: &str,
+) -> Vec<PolicyWarning> {
+    let asked = Asked {
+        verbs: kubelet_verbs(),
+        subresources: mapping.subresources(),
+    };
     let mut warnings = Vec::new();
     for (index, rule) in role.rules.iter().enumerate() {
-        let (found, dead) = rule_warnings(rule, node_name);
+        let (found, dead) = rule_warnings(rule, &asked, node_name);
         warnings.extend(found.into_iter().map(|(field, message)| PolicyWarning {
             file: role.source_name.to_owned(),
             line: role.line,
@@ -612,7 +616,11 @@ pub fn role_warnings(role: &PolicyRole<'_>, node_name: &str) -> Vec<PolicyWarnin
 }
 
 /// The dead entries of one rule as `(field, message)`, and whether the whole rule is dead.
-fn rule_warnings(rule: &PolicyRule, node_name: &str) -> (Vec<(&'static str, String)>, bool) {
+fn rule_warnings(
+    rule: &PolicyRule,
+    asked: &Asked,
+    node_name: &str,
+) -> (Vec<(&'static str, String)>, bool) {
     if !rule.non_resource_urls.is_empty() {
         let message = format!(
             "nonResourceURLs {:?} never match: the kubelet only makes resource requests \
@@ -624,14 +632,14 @@ fn rule_warnings(rule: &PolicyRule, node_name: &str) -> (Vec<(&'static str, Stri
     let mut found = Vec::new();
     let mut dead = false;
 
-    let verb_live = |v: &String| v == ALL || v.is_empty() || KUBELET_VERBS.contains(&v.as_str());
+    let verb_live = |v: &String| v == ALL || v.is_empty() || asked.verbs.contains(&v.as_str());
     for verb in rule.verbs.iter().filter(|v| !verb_live(v)) {
         found.push((
             "verbs",
             format!(
                 "verb {verb:?} is never asked: the kubelet asks only {} (and \"\" for other \
                  methods)",
-                KUBELET_VERBS.join(", ")
+                asked.verbs.join(", ")
             ),
         ));
     }
@@ -650,7 +658,7 @@ fn rule_warnings(rule: &PolicyRule, node_name: &str) -> (Vec<(&'static str, Stri
 
     let mut any_resource_live = false;
     for resource in &rule.resources {
-        match resource_problem(resource) {
+        match resource_problem(resource, &asked.subresources) {
             Some(message) => found.push(("resources", message)),
             None => any_resource_live = true,
         }
@@ -671,7 +679,7 @@ fn rule_warnings(rule: &PolicyRule, node_name: &str) -> (Vec<(&'static str, Stri
 }
 
 /// Why a `resources` entry never matches a kubelet request, or `None` when it can.
-fn resource_problem(resource: &str) -> Option<String> {
+fn resource_problem(resource: &str, subresources: &[&str]) -> Option<String> {
     if resource == ALL {
         return None;
     }
@@ -691,7 +699,7 @@ fn resource_problem(resource: &str) -> Option<String> {
             ));
         }
     };
-    if KUBELET_SUBRESOURCES.contains(&subresource) {
+    if subresources.contains(&subresource) {
         return None;
     }
     if subresource == ALL {
@@ -701,7 +709,7 @@ fn resource_problem(resource: &str) -> Option<String> {
     }
     Some(format!(
         "subresource {subresource:?} is never asked: the kubelet asks only about {}",
-        KUBELET_SUBRESOURCES.join(", ")
+        subresources.join(", ")
     ))
 }
 
@@ -1184,13 +1192,37 @@ subjects: [{kind: User, name: debugger}]
     }
 
     fn warnings_for(rules: &str, node: &str) -> Vec<PolicyWarning> {
+        warnings_under(&AttributeMapping::default(), rules, node)
+    }
+
+    fn warnings_under(mapping: &AttributeMapping, rules: &str, node: &str) -> Vec<PolicyWarning> {
         let text = format!(
             "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: r}}\nrules:\n{rules}"
         );
         let p = PolicyAuthorizer::from_sources(&[("w.yaml".into(), text)]).unwrap();
         p.roles()
-            .flat_map(|role| role_warnings(&role, node))
+            .flat_map(|role| role_warnings(&role, mapping, node))
             .collect()
+    }
+
+    /// Without fine-grained checks the kubelet never asks about nodes/pods: a rule for it is
+    /// dead there, and live with them.
+    #[test]
+    fn the_subresources_asked_follow_the_configured_mapping() {
+        let rule = "- {apiGroups: [\"\"], resources: [nodes/pods], verbs: [get]}\n";
+        assert!(warnings_for(rule, "n").is_empty());
+        let coarse = AttributeMapping {
+            fine_grained: false,
+            ..AttributeMapping::default()
+        };
+        let w = warnings_under(&coarse, rule, "n");
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].rule_never_matches);
+        assert!(
+            w[0].message.contains("\"pods\" is never asked"),
+            "{}",
+            w[0].message
+        );
     }
 
     #[test]
@@ -1242,26 +1274,6 @@ subjects: [{kind: User, name: debugger}]
             )
             .is_empty()
         );
-    }
-
-    #[test]
-    fn subresource_list_is_the_reference_tables() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/reference/vectors.json"
-        );
-        let vectors: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        let mut seen: Vec<&str> = vectors["kubeletAttributes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|row| row[5].as_array().unwrap())
-            .map(|s| s.as_str().unwrap())
-            .collect();
-        seen.sort_unstable();
-        seen.dedup();
-        assert_eq!(seen, KUBELET_SUBRESOURCES);
     }
 
     #[test]

@@ -31,6 +31,19 @@ pub fn verb_for_method(method: &Method) -> &'static str {
     }
 }
 
+/// Every verb the kubelet ever asks about: [`verb_for_method`] of each method it maps. For tools
+/// that check policies against what the kubelet asks (`explain`).
+pub fn kubelet_verbs() -> [&'static str; 5] {
+    [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::PATCH,
+        Method::DELETE,
+    ]
+    .map(|method| verb_for_method(&method))
+}
+
 /// The kubelet's `isSubpath`: `subpath` is `path` or lies below it on a segment boundary.
 ///
 /// One trailing `/` of `path` is ignored, so `/stats/` matches `/stats` and `/stats/summary` but
@@ -155,6 +168,27 @@ impl Default for AttributeMapping {
 }
 
 impl AttributeMapping {
+    /// Every subresource a request can be asked about under this mapping, each once, in table
+    /// order (the fallback last). For tools that check policies against what the kubelet asks.
+    pub fn subresources(&self) -> Vec<&'static str> {
+        let table = self.table();
+        let fine_grained: &[PathRule] = if self.fine_grained {
+            table.fine_grained
+        } else {
+            &[]
+        };
+        let mut all = Vec::new();
+        for rule in fine_grained.iter().chain(table.coarse) {
+            if !all.contains(&rule.subresource) {
+                all.push(rule.subresource);
+            }
+        }
+        if !all.contains(&FALLBACK_SUBRESOURCE) {
+            all.push(FALLBACK_SUBRESOURCE);
+        }
+        all
+    }
+
     fn table(&self) -> &'static PathTable {
         if self.standalone_statusz_flagz {
             &KUBELET_STANDALONE_STATUSZ_FLAGZ
@@ -291,6 +325,37 @@ mod tests {
         let rows = all[name].as_array().unwrap().clone();
         assert!(!rows.is_empty(), "no {name} vectors");
         rows
+    }
+
+    /// Every subresource a vector asks about is in its mapping's list, together the lists are
+    /// exactly the subresources of the vectors, and the verbs are exactly those any vector asks.
+    #[test]
+    fn subresources_and_verbs_are_those_the_vectors_ask() {
+        use std::collections::BTreeSet;
+        let mut all_seen = BTreeSet::new();
+        let mut verbs = BTreeSet::new();
+        for (row, vector) in attribute_vectors() {
+            let listed = vector.mapping.subresources();
+            for subresource in &vector.subresources {
+                assert!(
+                    listed.contains(&subresource.as_str()),
+                    "{row}: not in {listed:?}"
+                );
+            }
+            all_seen.extend(vector.subresources);
+            if !vector.verb.is_empty() {
+                verbs.insert(vector.verb);
+            }
+        }
+        let all_listed: BTreeSet<String> =
+            [(false, false), (false, true), (true, false), (true, true)]
+                .into_iter()
+                .flat_map(|(fine, standalone)| kubelet(fine, standalone).subresources())
+                .map(str::to_owned)
+                .collect();
+        assert_eq!(all_listed, all_seen);
+        let listed: BTreeSet<String> = kubelet_verbs().iter().map(|v| v.to_string()).collect();
+        assert_eq!(listed, verbs);
     }
 
     fn kubelet(fine_grained: bool, standalone_statusz_flagz: bool) -> AttributeMapping {
