@@ -497,8 +497,6 @@ struct Loader {
     roles: Vec<Box<[PolicyRule]>>,
     /// Role name → (index into `roles`, where it was defined).
     role_names: HashMap<String, (usize, Origin)>,
-    /// Name and definition site of each role, by index into `roles`.
-    role_sources: Vec<(String, Origin)>,
     bindings: Vec<PendingBinding>,
     /// Binding name → where it was defined.
     binding_names: HashMap<String, Origin>,
@@ -594,7 +592,6 @@ impl Loader {
                     return fail(PolicyProblem::InvalidRule { index, reason });
                 }
             }
-            self.role_sources.push((name.clone(), origin.clone()));
             self.role_names.insert(name, (self.roles.len(), origin));
             self.roles.push(rules.into_boxed_slice());
             return Ok(());
@@ -668,12 +665,18 @@ impl Loader {
                 reasons: reasons.into_boxed_slice(),
             });
         }
+        // Role names are unique, so ordering by index lists each role once, in load order.
+        let mut role_sources: Vec<_> = self.role_names.into_iter().collect();
+        role_sources.sort_unstable_by_key(|(_, (index, _))| *index);
         Ok(PolicyAuthorizer {
             roles: self.roles,
             bindings,
             by_user,
             by_group,
-            role_sources: self.role_sources,
+            role_sources: role_sources
+                .into_iter()
+                .map(|(name, (_, origin))| (name, origin))
+                .collect(),
         })
     }
 }
