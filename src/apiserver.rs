@@ -1,7 +1,9 @@
 //! The Kubernetes API server client for TokenReview and SubjectAccessReview, with the kubelet's
-//! retry rules (reference §4.3): at most 5 attempts, backoff 0.5 s × 1.5ⁿ with 0–20 % jitter, and
-//! only errors that `DefaultShouldRetry` calls transient are retried. Every attempt has a timeout
-//! and a cap on the response size, so a slow or hostile API server costs a bounded wait.
+//! retry rules (k8s.io/apiserver v0.33 `pkg/util/webhook/webhook.go`
+//! `DefaultRetryBackoffWithInitialDelay`, `WithExponentialBackoff`, `DefaultShouldRetry`): at most
+//! 5 attempts, backoff 0.5 s × 1.5ⁿ with 0–20 % jitter, and only errors that `DefaultShouldRetry`
+//! calls transient are retried. Every attempt has a timeout and a cap on the response size, so a
+//! slow or hostile API server costs a bounded wait.
 
 use std::path::Path;
 use std::sync::Arc;

@@ -41,6 +41,8 @@ pub mod reload;
 pub mod responses;
 pub mod server;
 pub mod systemd;
+#[cfg(test)]
+mod test_data;
 pub mod tls;
 
 pub use config::{Config, ConfigError};

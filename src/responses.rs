@@ -1,5 +1,6 @@
 //! The one place that decides what a refused request looks like on the wire. Status codes and
-//! bodies are byte-for-byte the kubelet's (reference §1.1), so clients and alerts written against
+//! bodies are byte-for-byte the kubelet's (kubernetes v1.33 `pkg/kubelet/server/server.go`
+//! `InstallAuthFilter`), so clients and alerts written against
 //! the kubelet keep working.
 
 use bytes::Bytes;

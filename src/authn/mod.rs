@@ -1,6 +1,8 @@
 //! Who is calling: the authenticated [`User`] and the kubelet's authenticator chain.
 //!
-//! The chain mirrors the kubelet's `DelegatingAuthenticatorConfig` (reference §3.3): x509 first,
+//! The chain mirrors the kubelet's `DelegatingAuthenticatorConfig`
+//! (k8s.io/apiserver v0.33 `pkg/authentication/authenticatorfactory/delegating.go` `New`, and
+//! `pkg/authentication/request/union/union.go`): x509 first,
 //! then (later) bearer tokens; errors do not stop later authenticators, but any error prevents the
 //! anonymous fallback, so a bad credential is a 401 even when anonymous access is on.
 
@@ -76,7 +78,8 @@ pub enum Authentication {
     User(Arc<User>),
     /// No credential was presented and anonymous access is off: 401.
     Unauthenticated,
-    /// A credential was presented and rejected: 401, and never anonymous. The text is for logs only.
+    /// A credential was presented and rejected: 401, and never anonymous. The text is for logs
+    /// only.
     Failed(String),
 }
 
@@ -104,10 +107,11 @@ impl ConnectionIdentity {
 /// `Authorization` header and from WebSocket subprotocols (with `--authentication-token-webhook`),
 /// then anonymous when allowed.
 ///
-/// Kubelet semantics (reference §3.3): the first success wins; an error (a bad certificate, a
-/// rejected or malformed token, a failed TokenReview) does not stop later authenticators but rules
-/// out the anonymous fallback; with no authenticator configured and anonymous on, every request is
-/// anonymous, whatever it presents.
+/// Kubelet semantics (k8s.io/apiserver v0.33 `pkg/authentication/request/union/union.go`
+/// `AuthenticateRequest`, wrapped by `authenticatorfactory/delegating.go`): the first success wins;
+/// an error (a bad certificate, a rejected or malformed token, a failed TokenReview) does not stop
+/// later authenticators but rules out the anonymous fallback; with no authenticator configured and
+/// anonymous on, every request is anonymous, whatever it presents.
 #[derive(Debug, Clone)]
 pub struct Authenticator {
     x509: Option<X509Authenticator>,

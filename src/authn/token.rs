@@ -1,8 +1,11 @@
 //! Bearer-token authentication with TokenReview, as the kubelet's `--authentication-token-webhook`
-//! (reference §3, §4): the token comes from `Authorization: Bearer …` or, on WebSocket handshakes,
-//! from a `base64url.bearer.authorization.k8s.io.` subprotocol; the answer is cached for the
-//! configured TTL under an HMAC of token and audiences (never the token itself), and concurrent
-//! reviews of the same token are coalesced into one call.
+//! (k8s.io/apiserver v0.33 `pkg/authentication/request/bearertoken/bearertoken.go`,
+//! `request/websocket/protocol.go`, `plugin/pkg/authenticator/token/webhook/webhook.go` and
+//! `pkg/authentication/token/cache/cached_token_authenticator.go`): the token comes from
+//! `Authorization: Bearer …` or, on WebSocket handshakes, from a
+//! `base64url.bearer.authorization.k8s.io.` subprotocol; the answer is cached for the configured
+//! TTL under an HMAC of token and audiences (never the token itself), and concurrent reviews of the
+//! same token are coalesced into one call.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -160,7 +163,8 @@ impl std::fmt::Debug for TokenReviewAuthenticator {
 pub struct NoRandomness;
 
 impl TokenReviewAuthenticator {
-    /// `ttl` applies to users and to plain rejections alike (`--authentication-token-webhook-cache-ttl`);
+    /// `ttl` applies to users and to plain rejections alike
+    /// (`--authentication-token-webhook-cache-ttl`);
     /// `audiences` are sent in every review and must intersect the answer's.
     pub fn new(
         client: ApiServerClient,

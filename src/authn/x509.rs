@@ -1,6 +1,7 @@
 //! x509 client-certificate authentication, as the kubelet's `x509.CommonNameUserConversion`
-//! (reference §3): verify the chain the client sent against the client CA with the clientAuth
-//! usage, then map CN → user, O → groups, the UID attribute → uid, and the leaf's SHA-256 → the
+//! (k8s.io/apiserver v0.33 `pkg/authentication/request/x509/x509.go`): verify the chain the client
+//! sent against the client CA with the clientAuth usage, then map CN → user, O → groups, the UID
+//! attribute → uid, and the leaf's SHA-256 → the
 //! `authentication.kubernetes.io/credential-id` extra.
 
 use std::collections::BTreeMap;

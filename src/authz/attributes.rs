@@ -1,6 +1,8 @@
 //! Kubelet request → authorizer attributes: the HTTP method gives the verb and the percent-decoded
 //! path gives the ordered list of `nodes/<subresource>` names, as the kubelet's auth filter does
-//! (reference §1.2–§1.4). The path mapping is data: a new kubelet path is one row in a table.
+//! (kubernetes v1.33 `pkg/kubelet/server/auth.go` `GetRequestAttributes` and `isSubpath`; the cases
+//! it must match are `tests/data/kubelet-vectors.json`). The path mapping is data: a new kubelet
+//! path is one row in a table.
 
 use std::fmt;
 use std::slice;
@@ -12,7 +14,8 @@ use crate::authz::Attributes;
 
 /// The Kubernetes verb for an HTTP method, compared exactly as the kubelet does.
 ///
-/// Only the five upper-case methods map; everything else (`HEAD`, `OPTIONS`, `CONNECT`, a lower-case
+/// Only the five upper-case methods map; everything else (`HEAD`, `OPTIONS`, `CONNECT`, a
+/// lower-case
 /// `get`, …) is the empty verb, which RBAC only matches with a `*` verb rule. Mapping `HEAD` to
 /// `get` (as the upstream docs claim) would grant more than the kubelet does.
 pub fn verb_for_method(method: &Method) -> &'static str {
@@ -234,7 +237,8 @@ impl<'a> IntoIterator for &'a Subresources {
 }
 
 impl fmt::Display for Subresources {
-    /// Go's `%v` of a string slice, `[proxy]` or `[pods proxy]`, as the kubelet's 403 body shows it.
+    /// Go's `%v` of a string slice, `[proxy]` or `[pods proxy]`, as the kubelet's 403 body shows
+    /// it.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("[")?;
         for (i, name) in self.iter().enumerate() {
@@ -312,20 +316,8 @@ pub fn kubelet_attributes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
-
-    const VECTORS: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/vectors.json"
-    );
-
-    fn vectors(name: &str) -> Vec<Value> {
-        let text = std::fs::read_to_string(VECTORS).unwrap();
-        let all: Value = serde_json::from_str(&text).unwrap();
-        let rows = all[name].as_array().unwrap().clone();
-        assert!(!rows.is_empty(), "no {name} vectors");
-        rows
-    }
+    use crate::test_data::{KUBELET_VECTORS, cases};
+    use serde::Deserialize;
 
     /// Every subresource a vector asks about is in its mapping's list, together the lists are
     /// exactly the subresources of the vectors, and the verbs are exactly those any vector asks.
@@ -366,7 +358,19 @@ mod tests {
         }
     }
 
-    /// One `kubeletAttributes` row: `[method, path, gate, variant, verb, [subresources]]`.
+    /// One `kubeletAttributes` case of `tests/data/kubelet-vectors.json`, as written there.
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct AttributeCase {
+        method: String,
+        path: String,
+        fine_grained_authz: bool,
+        standalone_statusz_flagz: bool,
+        verb: String,
+        subresources: Vec<String>,
+    }
+
+    /// An [`AttributeCase`] ready to run: the method parsed, the gate and table as a mapping.
     struct AttributeVector {
         method: Method,
         path: String,
@@ -375,41 +379,46 @@ mod tests {
         subresources: Vec<String>,
     }
 
-    fn attribute_vectors() -> Vec<(Value, AttributeVector)> {
-        vectors("kubeletAttributes")
+    fn attribute_vectors() -> Vec<(String, AttributeVector)> {
+        cases::<AttributeCase>(KUBELET_VECTORS, "kubeletAttributes")
             .into_iter()
-            .map(|row| {
-                let variant = row[3].as_str().unwrap();
-                assert!(variant == "A" || variant == "B", "unknown variant in {row}");
+            .map(|case| {
+                let shown = format!("{case:?}");
                 let vector = AttributeVector {
-                    method: Method::from_bytes(row[0].as_str().unwrap().as_bytes()).unwrap(),
-                    path: row[1].as_str().unwrap().to_owned(),
-                    mapping: kubelet(row[2].as_bool().unwrap(), variant == "B"),
-                    verb: row[4].as_str().unwrap().to_owned(),
-                    subresources: row[5]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .map(|s| s.as_str().unwrap().to_owned())
-                        .collect(),
+                    method: Method::from_bytes(case.method.as_bytes())
+                        .unwrap_or_else(|e| panic!("{shown}: {e}")),
+                    path: case.path,
+                    mapping: kubelet(case.fine_grained_authz, case.standalone_statusz_flagz),
+                    verb: case.verb,
+                    subresources: case.subresources,
                 };
-                (row, vector)
+                (shown, vector)
             })
             .collect()
     }
 
-    #[test]
-    fn is_subpath_matches_reference_vectors() {
-        for row in vectors("isSubpath") {
-            let subpath = row[0].as_str().unwrap();
-            let path = row[1].as_str().unwrap();
-            let expected = row[2].as_bool().unwrap();
-            assert_eq!(is_subpath(subpath, path), expected, "vector {row}");
-        }
+    /// One `isSubpath` case.
+    #[derive(Deserialize)]
+    struct SubpathCase {
+        subpath: String,
+        path: String,
+        matches: bool,
     }
 
     #[test]
-    fn kubelet_attributes_match_reference_vectors() {
+    fn is_subpath_matches_the_kubelet_vectors() {
+        for case in cases::<SubpathCase>(KUBELET_VECTORS, "isSubpath") {
+            assert_eq!(
+                is_subpath(&case.subpath, &case.path),
+                case.matches,
+                "isSubpath({:?}, {:?})",
+                case.subpath,
+                case.path
+            );
+        }
+    }
+    #[test]
+    fn kubelet_attributes_match_the_kubelet_vectors() {
         for (row, v) in attribute_vectors() {
             let got = kubelet_attributes(&v.mapping, &v.method, &v.path);
             assert_eq!(got.verb, v.verb, "verb for vector {row}");

@@ -1,9 +1,10 @@
 //! May they do it: authorizer attributes, decisions, and the authorizer chain.
 //!
-//! The chain has the union semantics of `k8s.io/apiserver` (reference §6.1): authorizers are asked
-//! in order, the first `Allow` or `Deny` wins, `NoOpinion` moves on. The kubelet's own loop over the
-//! attribute list (reference §1.1: only `Allow` stops, an error is a 500 at once) lives in
-//! [`authorize_request`].
+//! The chain has the union semantics of `k8s.io/apiserver` (v0.33
+//! `pkg/authorization/union/union.go` `Authorize`): authorizers are asked
+//! in order, the first `Allow` or `Deny` wins, `NoOpinion` moves on. The kubelet's own loop over
+//! the attribute list (kubernetes v1.33 `pkg/kubelet/server/server.go` `InstallAuthFilter`: only
+//! `Allow` stops, an error is a 500 at once) lives in [`authorize_request`].
 
 pub mod attributes;
 pub mod node;
@@ -216,7 +217,8 @@ pub enum RequestDecision {
     },
 }
 
-/// The kubelet's authorization loop (reference §1.1): each attribute set in order; only `Allow`
+/// The kubelet's authorization loop (kubernetes v1.33 `pkg/kubelet/server/server.go`
+/// `InstallAuthFilter`): each attribute set in order; only `Allow`
 /// stops it, `Deny` and `NoOpinion` both move on to the next set, and an error ends it at once.
 pub async fn authorize_request(
     chain: &AuthorizerChain,

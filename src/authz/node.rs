@@ -1,6 +1,6 @@
-//! Holds node identities to their own node: a kubelet client certificate stolen from node A must not
-//! open node B's kubelet API. Not kubelet behaviour (reference §8 "Implications"): an extension that
-//! refuses early and spares the other authorizers.
+//! Holds node identities to their own node: a kubelet client certificate stolen from node A must
+//! not open node B's kubelet API. Not kubelet behaviour (the kubelet judges node credentials by its
+//! authorizer alone): an extension that refuses early and spares the other authorizers.
 
 use super::{Attributes, Decision, Reason};
 
@@ -14,8 +14,8 @@ const NODES_GROUP: &str = "system:nodes";
 pub struct NodeAuthorizer;
 
 impl NodeAuthorizer {
-    /// Denies a node identity (`system:node:<n>` in `system:nodes`) whose `<n>` is not the node this
-    /// proxy guards (`attrs.name`); has no opinion on everyone else, including this node's own
+    /// Denies a node identity (`system:node:<n>` in `system:nodes`) whose `<n>` is not the node
+    /// this proxy guards (`attrs.name`); has no opinion on everyone else, including this node's own
     /// identity, which later authorizers decide on.
     pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
         let user = attrs.user;
@@ -68,7 +68,8 @@ mod tests {
             decide("system:node:n1", &["system:nodes"], "n1"),
             Decision::NoOpinion(_)
         ));
-        // Without the group it is not a node identity (reference §8).
+        // Without the group it is not a node identity (kubernetes v1.33
+        // `pkg/auth/nodeidentifier/default.go` `NodeIdentity`).
         assert!(matches!(
             decide("system:node:n2", &[], "n1"),
             Decision::NoOpinion(_)

@@ -810,9 +810,10 @@ fn go_quote(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::authn::User;
-    use serde_json::Value;
+    use crate::test_data::{KUBELET_VECTORS, cases};
 
-    /// A ClusterRole granting `get` on `nodes/metrics` and `nodes/stats` (reference §7.2).
+    /// A ClusterRole granting `get` on `nodes/metrics` and `nodes/stats` (the grant the kubelet
+    /// docs give metrics scrapers).
     const METRICS_READER: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -871,26 +872,33 @@ rules:
         }
     }
 
-    /// The verb and subresources the kubelet derives for `method path` (fine-grained gate on,
-    /// variant A), taken from the reference vectors.
+    /// The `kubeletAttributes` fields this module's tests need.
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct AttributeCase {
+        method: String,
+        path: String,
+        fine_grained_authz: bool,
+        standalone_statusz_flagz: bool,
+        verb: String,
+        subresources: Vec<String>,
+    }
+
+    /// The verb and subresources the kubelet derives for `method path` (fine-grained gate on when
+    /// a case has it, the 1.33 table), taken from the kubelet vectors.
     fn kubelet_attributes(method: &str, path: &str) -> (String, Vec<String>) {
-        let file = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/reference/vectors.json"
-        );
-        let vectors: Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
-        let rows: Vec<(String, String, bool, String, String, Vec<String>)> =
-            serde_json::from_value(vectors["kubeletAttributes"].clone()).unwrap();
-        let mut matching: Vec<_> = rows
+        let mut matching: Vec<AttributeCase> = cases(KUBELET_VECTORS, "kubeletAttributes")
             .into_iter()
-            .filter(|r| r.0 == method && r.1 == path && r.3 == "A")
+            .filter(|c: &AttributeCase| {
+                c.method == method && c.path == path && !c.standalone_statusz_flagz
+            })
             .collect();
-        matching.sort_by_key(|r| !r.2);
-        let row = matching
+        matching.sort_by_key(|c| !c.fine_grained_authz);
+        let case = matching
             .into_iter()
             .next()
-            .unwrap_or_else(|| panic!("no vector for {method} {path}"));
-        (row.4, row.5)
+            .unwrap_or_else(|| panic!("no kubelet vector for {method} {path}"));
+        (case.verb, case.subresources)
     }
 
     /// The kubelet's loop: each attribute in order, only `Allow` stops. Returns the reason of the

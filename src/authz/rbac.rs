@@ -1,6 +1,8 @@
 //! RBAC matching as pure functions over data: does a `PolicyRule` allow a request, does a binding
 //! `Subject` apply to a user. Semantics are exactly Kubernetes' `RuleAllows` and `appliesToUser`
-//! (reference §7.1); the `Policy` authorizer in `policy.rs` builds on them.
+//! (kubernetes v1.33 `plugin/pkg/auth/authorizer/rbac/rbac.go`,
+//! `pkg/apis/rbac/v1/evaluation_helpers.go`, `pkg/registry/rbac/validation/rule.go`); the `Policy`
+//! authorizer in `policy.rs` builds on them.
 
 use serde::Deserialize;
 
@@ -189,16 +191,7 @@ pub(crate) fn service_account_username(namespace: &str, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
-
-    fn vectors() -> Value {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../shared/reference/vectors.json"
-        );
-        let text = std::fs::read_to_string(path).unwrap();
-        serde_json::from_str(&text).unwrap()
-    }
+    use crate::test_data::{KUBELET_VECTORS, cases};
 
     /// The vectors' request object: `apiGroup`, `resource`, … are absent for non-resource requests.
     #[derive(Debug, Deserialize)]
@@ -232,38 +225,48 @@ mod tests {
         }
     }
 
+    /// One `rbacRuleAllows` case.
+    #[derive(Debug, Deserialize)]
+    struct RuleCase {
+        rule: PolicyRule,
+        request: VectorRequest,
+        allows: bool,
+    }
+
     #[test]
-    fn rule_allows_matches_every_reference_vector() {
-        let rows = vectors()["rbacRuleAllows"].as_array().unwrap().clone();
-        assert_eq!(rows.len(), 32, "the reference has R1..R32");
-        for (i, row) in rows.into_iter().enumerate() {
-            let (rule, req, want): (PolicyRule, VectorRequest, bool) =
-                serde_json::from_value(row).unwrap_or_else(|e| panic!("row {i}: {e}"));
+    fn rule_allows_matches_every_kubelet_vector() {
+        for case in cases::<RuleCase>(KUBELET_VECTORS, "rbacRuleAllows") {
             assert_eq!(
-                rule_allows(&rule, &req.as_rule_request()),
-                want,
-                "rbacRuleAllows row {i} (R{}): {rule:?} vs {req:?}",
-                i + 1
+                rule_allows(&case.rule, &case.request.as_rule_request()),
+                case.allows,
+                "{case:?}"
             );
         }
     }
 
+    /// One `subjectApplies` case.
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct SubjectCase {
+        user: String,
+        groups: Vec<String>,
+        subject: Subject,
+        binding_namespace: String,
+        applies: bool,
+    }
+
     #[test]
-    fn subject_applies_matches_every_reference_vector() {
-        let rows = vectors()["subjectApplies"].as_array().unwrap().clone();
-        assert_eq!(rows.len(), 10);
-        for (i, row) in rows.into_iter().enumerate() {
-            let (user, groups, subject, namespace, want): (
-                String,
-                Vec<String>,
-                Subject,
-                String,
-                bool,
-            ) = serde_json::from_value(row).unwrap_or_else(|e| panic!("row {i}: {e}"));
+    fn subject_applies_matches_every_kubelet_vector() {
+        for case in cases::<SubjectCase>(KUBELET_VECTORS, "subjectApplies") {
             assert_eq!(
-                subject_applies(&subject, &user, &groups, &namespace),
-                want,
-                "subjectApplies row {i}: {user} {groups:?} {subject:?} ns {namespace:?}"
+                subject_applies(
+                    &case.subject,
+                    &case.user,
+                    &case.groups,
+                    &case.binding_namespace
+                ),
+                case.applies,
+                "{case:?}"
             );
         }
     }

@@ -1,5 +1,6 @@
 //! The `Webhook` mode: SubjectAccessReview with the API server, exactly as the kubelet asks
-//! (reference §5: the request body, the decision table, the 5 m / 30 s cache, the retries), plus
+//! (k8s.io/apiserver v0.33 `plugin/pkg/authorizer/webhook/webhook.go` `Authorize`: the request
+//! body, the decision table, the 5 m / 30 s cache, the retries), plus
 //! coalescing of concurrent identical reviews, which the kubelet lacks.
 
 use std::sync::Arc;
@@ -97,7 +98,8 @@ impl SubjectAccessReviewAuthorizer {
     }
 }
 
-/// The kubelet's reading of a SubjectAccessReview status (reference §5.2): allowed → `Allow`,
+/// The kubelet's reading of a SubjectAccessReview status (k8s.io/apiserver v0.33
+/// `plugin/pkg/authorizer/webhook/webhook.go` `Authorize`): allowed → `Allow`,
 /// denied → `Deny`, neither → `NoOpinion`, each with the API server's reason; both is an error.
 /// Public so the handling of whatever the API server answers can be exercised on its own, as the
 /// fuzzer does.
@@ -115,7 +117,8 @@ pub fn decision_from_review(
     }
 }
 
-/// The spec the kubelet sends (reference §5.1): empty verb, namespace and group omitted, version
+/// The spec the kubelet sends (k8s.io/apiserver v0.33 `plugin/pkg/authorizer/webhook/webhook.go`
+/// `Authorize`): empty verb, namespace and group omitted, version
 /// `v1`, resource `nodes`, the subresource and node name; the user's name, uid, groups and extra
 /// as authenticated (empty ones omitted, as Go's `omitempty` does).
 pub fn review_spec(attrs: &Attributes<'_>) -> SubjectAccessReviewSpec {

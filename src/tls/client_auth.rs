@@ -1,7 +1,7 @@
 //! The client-certificate policy of the TLS handshake: request a certificate, never require one,
 //! and defer chain verification to the HTTP layer, exactly as the kubelet does (Go's
-//! `RequestClientCert`, reference §1.1), so an invalid certificate becomes a 401 and does not stop a
-//! bearer token from authenticating.
+//! `RequestClientCert`, kubernetes v1.33 `cmd/kubelet/app/server.go` `InitializeTLS`), so an
+//! invalid certificate becomes a 401 and does not stop a bearer token from authenticating.
 
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::crypto::WebPkiSupportedAlgorithms;

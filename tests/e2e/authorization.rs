@@ -1,4 +1,6 @@
-//! Authorization as the kubelet's filter does it (reference §1.1–§1.5, §7, §8): the verb and
+//! Authorization as the kubelet's filter does it (kubernetes v1.33
+//! `pkg/kubelet/server/server.go` `InstallAuthFilter`, `auth.go` `GetRequestAttributes`; RBAC and
+//! node identities as `docs/COMPATIBILITY.md` cites them): the verb and
 //! subresource list of every request, the authorizer modes and their chain, local RBAC policies,
 //! node identities held to their node, and the exact refusal bodies.
 
@@ -6,7 +8,7 @@ use http::StatusCode;
 
 use crate::support::client::{Client, Reply, empty, request};
 use crate::support::harness::{Harness, ProxySpec, Subject, grant};
-use crate::support::vectors;
+use crate::test_data::{KUBELET_VECTORS, cases};
 
 fn forbidden_body(user: &str, verb: &str, subresources: &str) -> String {
     format!(
@@ -321,29 +323,30 @@ async fn head_is_allowed_by_a_star_verb() {
 /// 403 body shows the verb and the subresources tried, in order.
 #[tokio::test]
 async fn kubelet_attribute_vectors_show_in_403_bodies() {
-    let vectors = vectors();
-    let rows = vectors["kubeletAttributes"].as_array().unwrap();
-    assert!(!rows.is_empty());
-    // The kubelet exactly: fine-grained gate as the row says, table A or B, no exec hardening.
+    let rows = cases::<serde_json::Value>(KUBELET_VECTORS, "kubeletAttributes");
+    // The kubelet exactly: fine-grained gate and path table as the row says, no exec hardening.
     let settings = [
-        (true, "A", vec!["--fine-grained-authz=true"]),
-        (false, "A", vec!["--fine-grained-authz=false"]),
+        (true, false, vec!["--fine-grained-authz=true"]),
+        (false, false, vec!["--fine-grained-authz=false"]),
         (
             true,
-            "B",
+            true,
             vec!["--fine-grained-authz=true", "--standalone-statusz-flagz"],
         ),
         (
             false,
-            "B",
+            true,
             vec!["--fine-grained-authz=false", "--standalone-statusz-flagz"],
         ),
     ];
     let mut checked = 0;
-    for (gate, variant, flags) in settings {
+    for (gate, standalone, flags) in settings {
         let selected: Vec<_> = rows
             .iter()
-            .filter(|row| row[2].as_bool() == Some(gate) && row[3].as_str() == Some(variant))
+            .filter(|row| {
+                row["fineGrainedAuthz"].as_bool() == Some(gate)
+                    && row["standaloneStatuszFlagz"].as_bool() == Some(standalone)
+            })
             .collect();
         if selected.is_empty() {
             continue;
@@ -356,10 +359,10 @@ async fn kubelet_attribute_vectors_show_in_403_bodies() {
         let h = ProxySpec::new(&args).start().await;
         let alice = http1_user(&h, "alice");
         for row in selected {
-            let method = row[0].as_str().unwrap();
-            let path = row[1].as_str().unwrap();
-            let verb = row[4].as_str().unwrap();
-            let subresources: Vec<&str> = row[5]
+            let method = row["method"].as_str().unwrap();
+            let path = row["path"].as_str().unwrap();
+            let verb = row["verb"].as_str().unwrap();
+            let subresources: Vec<&str> = row["subresources"]
                 .as_array()
                 .unwrap()
                 .iter()

@@ -1,7 +1,8 @@
-//! Delegated authentication and authorization through the real proxy (reference §3.3, §4, §5,
-//! §1.5): bearer tokens checked with TokenReview and requests authorized with SubjectAccessReview
-//! by the stand-in API server named in `--kubeconfig`, with their caches, retries, coalescing,
-//! faults, the chain with local authorizers, and the metrics (secrets kept out of logs: secrets.rs).
+//! Delegated authentication and authorization through the real proxy (the token and
+//! SubjectAccessReview cases T1–T8, S1–S8 and F3–F9 of `docs/COMPATIBILITY.md`): bearer tokens
+//! checked with TokenReview and requests authorized with SubjectAccessReview by the stand-in API
+//! server named in `--kubeconfig`, with their caches, retries, coalescing, faults, the chain with
+//! local authorizers, and the metrics (secrets kept out of logs: secrets.rs).
 
 use std::time::Duration;
 
@@ -207,7 +208,8 @@ async fn wait_for_connections(h: &Harness, n: usize) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Bearer tokens: header and WebSocket subprotocol (§3.3, §4.1, §4.2)
+// Bearer tokens: header and WebSocket subprotocol (bearertoken.go, websocket/protocol.go, token
+// webhook.go)
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -244,7 +246,8 @@ async fn bearer_token_authenticates_and_never_reaches_the_kubelet() {
         user("dave", "", &["g2", "system:authenticated"], &[])
     );
 
-    // §4.1: the request the kubelet makes, no audiences; made with the kubeconfig's identity.
+    // The request the kubelet makes (token webhook.go `AuthenticateToken`), no audiences; made with
+    // the kubeconfig's identity.
     assert_eq!(
         api.token_reviews(),
         vec![json!({"token": "tok-bob"}), json!({"token": "tok-dave"})]
@@ -477,7 +480,7 @@ async fn token_webhook_off_ignores_bearer_tokens() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Token cache and audiences (§4.2, §4.4, T1–T3, T7)
+// Token cache and audiences (T1–T3, T7)
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -602,7 +605,7 @@ async fn token_audiences_are_sent_and_enforced() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// SubjectAccessReview: request body, decisions, cache (§5, §1.5 F4–F9, S1–S4, S8)
+// SubjectAccessReview: request body, decisions, cache (F3–F9, S1–S4, S8)
 // ---------------------------------------------------------------------------------------------
 
 /// Mode Webhook (alone), token webhook on, anonymous on.
@@ -898,7 +901,7 @@ async fn access_cache_ttls_follow_their_flags() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Retries (§4.3, §5.4, T4–T6, S5–S7)
+// Retries (T4–T6, S5–S7)
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]
@@ -952,8 +955,8 @@ async fn token_review_gives_up_after_five_429s_t6() {
     assert_eq!(api.statuses(Kind::TokenReview), vec![429; 5]);
 }
 
-/// A 503 without `Retry-After` is final (§4.3 "Not retried"). Blocked by the same hidden kube
-/// retry layer as T6.
+/// A 503 without `Retry-After` is final (`DefaultShouldRetry` retries a 503 only with
+/// `Retry-After`). Blocked by the same hidden kube retry layer as T6.
 #[tokio::test]
 async fn service_unavailable_without_retry_after_is_final() {
     let api = ApiServer::start().await;
@@ -1003,7 +1006,7 @@ async fn access_review_retries_s5_s6() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Coalescing (§4.4, DESIGN "one API server call for a burst of identical cold requests")
+// Coalescing (one API server call for a burst of identical cold requests)
 // ---------------------------------------------------------------------------------------------
 
 /// Sends `count` concurrent `GET /pods`, each on its own connection, with `token(i)`.
@@ -1222,7 +1225,7 @@ async fn recovers_when_the_api_server_comes_back() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chain: Node,Policy,Webhook (§6.1)
+// Chain: Node,Policy,Webhook (union.go: the first Allow or Deny wins)
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test]

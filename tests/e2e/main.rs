@@ -4,6 +4,9 @@
 
 #[path = "../support/mod.rs"]
 mod support;
+/// The test data loader the unit tests use, so both read `tests/data/` the same way.
+#[path = "../../src/test_data.rs"]
+mod test_data;
 
 mod admin;
 mod audit;
@@ -23,6 +26,7 @@ mod path_safety;
 mod paths;
 mod reload;
 mod secrets;
+mod self_contained;
 mod shutdown;
 mod tls_front;
 mod upgrades;

@@ -886,7 +886,8 @@ fn camel_case_names_follow_the_flags() {
 // --- The kubelet behind the proxy ------------------------------------------------------------
 
 /// The KubeletConfiguration fields the example may set: the authentication and authorization
-/// fields of the reference (§2.1), plus the listening address.
+/// fields (kubelet `config/v1beta1/types.go` `KubeletAuthentication`,
+/// `KubeletAuthorization`), plus the listening address.
 const KUBELET_FIELDS: &[&str] = &[
     "apiVersion",
     "kind",

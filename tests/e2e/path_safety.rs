@@ -1,4 +1,5 @@
-//! Path safety against a model of the kubelet's router (reference §1.6): Go decodes the path,
+//! Path safety against a model of the kubelet's router (kubernetes v1.33
+//! `pkg/kubelet/server/server.go` and Go's `net/http` `ServeMux`): Go decodes the path,
 //! `ServeMux` redirects unclean paths and routes clean ones by longest prefix. For every path the
 //! proxy forwards, the handler the kubelet reaches must need exactly the subresources authorized.
 
@@ -38,7 +39,8 @@ const fn p(pattern: &'static str, fine: Option<&'static str>, coarse: &'static s
     }
 }
 
-/// The kubelet 1.33 secure port with every optional handler on (reference §1.6). go-restful
+/// The kubelet 1.33 secure port with every optional handler on (kubernetes v1.33
+/// `pkg/kubelet/server/server.go` `InstallDefaultHandlers`, `InstallDebuggingHandlers`). go-restful
 /// registers a web service root `/x` as both `/x` and `/x/`; a root ending in `/` only as itself.
 /// Plain `Handle` registrations are exact unless they end in `/`.
 static PATTERNS: &[Pattern] = &[
@@ -426,7 +428,7 @@ fn known_attack_strings_never_reach_an_unauthorized_handler() {
 
 #[test]
 fn the_model_routes_like_the_kubelet() {
-    // The model itself, on paths whose kubelet behaviour the reference states.
+    // The model itself, on paths whose kubelet behaviour Go's `path.Clean` and `ServeMux` fix.
     assert_eq!(
         kubelet_route("/stats/../exec/a"),
         Route::Redirect("/exec/a".into())

@@ -1,4 +1,5 @@
-//! The path gate (reference §1.6 "Path normalization"): unclean paths are redirected and malformed
+//! The path gate (Go's `net/http` `ServeMux` redirects unclean paths
+//! before the kubelet's auth filter sees them): unclean paths are redirected and malformed
 //! ones refused before authentication, and an authorized path reaches the kubelet byte for byte.
 
 use http::StatusCode;

@@ -1,5 +1,6 @@
 //! The TLS front: ALPN serves HTTP/2 and HTTP/1.1; `--tls-min-version` is enforced; a client
-//! certificate is requested only when x509 authentication is configured (reference §1.1).
+//! certificate is requested only when x509 authentication is configured (kubernetes v1.33
+//! `cmd/kubelet/app/server.go` `InitializeTLS`).
 
 use http::{StatusCode, Version};
 

@@ -1,5 +1,5 @@
-//! x509 client-certificate authentication, vectors X1–X12 of reference §3, and anonymous access
-//! (§2.3, §3.3), as the kubelet sees the result: with `--forward-identity-headers` the stand-in
+//! x509 client-certificate authentication, cases X1–X12 of `docs/COMPATIBILITY.md`, and
+//! anonymous access, as the kubelet sees the result: with `--forward-identity-headers` the stand-in
 //! kubelet's echo shows X-Remote-User, X-Remote-Uid, X-Remote-Group and X-Remote-Extra-*.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,8 @@ use crate::support::pki::{Authority, CertSpec, Usage, Validity, sha256_hex};
 
 const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 
-/// The reference's setting for the x509 vectors: client CA = the test root, anonymous on.
+/// The setting of the x509 cases in `docs/COMPATIBILITY.md`: client CA = the test root, anonymous
+/// on.
 async fn proxy() -> Harness {
     ProxySpec::new(&[
         "--authorization-mode=AlwaysAllow",

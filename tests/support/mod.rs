@@ -62,16 +62,6 @@ where
     }
 }
 
-/// The shared reference vectors (`../shared/reference/vectors.json`), loaded, never retyped.
-pub fn vectors() -> serde_json::Value {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../shared/reference/vectors.json"
-    );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parsing {path}: {e}"))
-}
-
 /// A directory of its own for one test (certificates, keys, policies, sockets), removed on drop.
 pub struct TempDir {
     path: PathBuf,

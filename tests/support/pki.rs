@@ -2,10 +2,10 @@
 //! certificates for loopback, and client certificates with a chosen subject, extended key usage and
 //! validity.
 //!
-//! rcgen keeps at most one attribute of each type in a subject, but the scenarios need several
-//! `O` values and, for the reference's X9 vector, the UID attribute twice. So every leaf is issued
-//! by rcgen (keys, validity, extensions, issuer) and then its subject is replaced by one encoded
-//! here, and the certificate signed again with the issuer's key.
+//! rcgen keeps at most one attribute of each type in a subject, but the scenarios need several `O`
+//! values and, for case X9 of `docs/COMPATIBILITY.md`, the UID attribute twice. So every leaf is
+//! issued by rcgen (keys, validity, extensions, issuer) and then its subject is replaced by one
+//! encoded here, and the certificate signed again with the issuer's key.
 
 use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
