@@ -33,6 +33,7 @@ pub mod authz;
 pub mod cache;
 pub mod canonical_path;
 pub mod config;
+pub mod connection;
 pub mod demo;
 pub mod explain;
 pub mod metrics;

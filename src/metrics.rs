@@ -178,6 +178,7 @@ pub struct Metrics {
     connections: Gauge,
     streams: Gauge,
     handshake_failures: Counter,
+    connection_timeouts: Counter,
     api_calls: Family<ApiCallLabels, Counter>,
     api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
     cache_lookups: Family<CacheLabels, Counter>,
@@ -211,7 +212,7 @@ impl Metrics {
         let connections = Gauge::default();
         registry.register(
             "connections_open",
-            "Client connections currently open",
+            "Client connections currently open, upgraded exec, attach and portForward sessions included",
             connections.clone(),
         );
         let streams = Gauge::default();
@@ -225,6 +226,12 @@ impl Metrics {
             "tls_handshake_failures",
             "Client TLS handshakes that failed or timed out",
             handshake_failures.clone(),
+        );
+        let connection_timeouts = Counter::default();
+        registry.register(
+            "connection_timeouts",
+            "Client connections closed because no request came within --header-read-timeout after the handshake, or within --idle-connection-timeout after the last one",
+            connection_timeouts.clone(),
         );
         let api_calls = Family::<ApiCallLabels, Counter>::default();
         registry.register(
@@ -264,6 +271,7 @@ impl Metrics {
             connections,
             streams,
             handshake_failures,
+            connection_timeouts,
             api_calls,
             api_latency,
             cache_lookups,
@@ -309,7 +317,8 @@ impl Metrics {
         self.audit_dropped.clone()
     }
 
-    /// The open-connections gauge, incremented and decremented by the accept loop.
+    /// The open-connections gauge: every client connection, upgraded sessions included, counted
+    /// by its [`crate::connection::ConnectionSlot`].
     pub fn connections(&self) -> &Gauge {
         &self.connections
     }
@@ -322,6 +331,11 @@ impl Metrics {
     /// Counts a failed or timed-out TLS handshake.
     pub fn handshake_failed(&self) {
         self.handshake_failures.inc();
+    }
+
+    /// Counts a connection closed for missing its first-request or idle deadline.
+    pub fn connection_timed_out(&self) {
+        self.connection_timeouts.inc();
     }
 
     /// The Prometheus text exposition of every metric.

@@ -23,7 +23,6 @@ use hyper::body::{Body, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use rustls::pki_types::UnixTime;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
@@ -41,6 +40,7 @@ use crate::authz::attributes::{AttributeMapping, kubelet_attributes, verb_for_me
 use crate::authz::{AuthorizerChain, RequestDecision, authorize_request};
 use crate::canonical_path::{PathCheck, check_path};
 use crate::config::Config;
+use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended, Tracked};
 use crate::metrics::{Metrics, Outcome, RequestLabels};
 use crate::proxy::{ForwardError, Forwarder, StreamEnded};
 use crate::reload::Reloadable;
@@ -56,9 +56,6 @@ struct Pipeline {
     forwarder: Forwarder,
     metrics: Arc<Metrics>,
     audit: Option<AuditLog>,
-    /// Upgraded streams (exec, attach, portForward) still open. hyper's graceful shutdown stops
-    /// tracking a connection once it is upgraded, so shutdown waits on this count as well.
-    open_streams: watch::Sender<usize>,
     /// Turns true when the shutdown grace period is over: connections and streams still open
     /// are then closed.
     force_close: watch::Sender<bool>,
@@ -121,6 +118,10 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
     let limits = Limits {
         max_connections: config.max_connections,
         handshake_timeout: config.header_read_timeout,
+        deadlines: Deadlines {
+            first_request: config.header_read_timeout,
+            idle: config.idle_connection_timeout,
+        },
         grace_period: config.shutdown_grace_period,
     };
     let mut http = auto::Builder::new(TokioExecutor::new());
@@ -141,7 +142,6 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
         forwarder: config.forwarder,
         metrics,
         audit: config.audit.clone(),
-        open_streams: watch::channel(0).0,
         force_close: watch::channel(false).0,
     });
     info!(%addr, %admin_addr, "serving the kubelet API");
@@ -164,8 +164,9 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
 }
 
 struct Limits {
-    max_connections: usize,
+    max_connections: u32,
     handshake_timeout: std::time::Duration,
+    deadlines: Deadlines,
     grace_period: std::time::Duration,
 }
 
@@ -177,10 +178,10 @@ async fn accept_loop(
     limits: Limits,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    // Bounds open connections: a permit is held for a connection's whole life; when none is left
-    // the loop stops accepting and new clients wait in the kernel's listen queue.
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
-    let graceful = GracefulShutdown::new();
+    // Bounds open connections: a permit is held for a connection's whole life, upgraded sessions
+    // included; when none is left the loop stops accepting and new clients wait in the kernel's
+    // listen queue.
+    let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&slots).acquire_owned() => match permit {
@@ -201,36 +202,24 @@ async fn accept_loop(
             },
             _ = shutdown.changed() => break,
         };
+        let slot = Arc::new(ConnectionSlot::new(permit, Arc::clone(&pipeline.metrics)));
         let pipeline = Arc::clone(&pipeline);
         // The configuration in force when the connection arrives: a rotated certificate is used
         // by new connections while open ones keep theirs.
         let acceptor = TlsAcceptor::from(serving_tls.current_arc());
         let http = Arc::clone(&http);
-        let watcher = graceful.watcher();
-        let handshake_timeout = limits.handshake_timeout;
-        tokio::spawn(async move {
-            let metrics = Arc::clone(&pipeline.metrics);
-            metrics.connections().inc();
-            serve_connection(
-                tcp,
-                peer,
-                acceptor,
-                http,
-                pipeline,
-                watcher,
-                handshake_timeout,
-            )
-            .await;
-            metrics.connections().dec();
-            drop(permit);
-        });
+        let limits = Connection {
+            handshake_timeout: limits.handshake_timeout,
+            deadlines: limits.deadlines,
+            shutdown: shutdown.clone(),
+        };
+        tokio::spawn(serve_connection(
+            tcp, peer, acceptor, http, pipeline, slot, limits,
+        ));
     }
     drop(listener);
-    let mut open_streams = pipeline.open_streams.subscribe();
-    let drained = async {
-        graceful.shutdown().await;
-        let _ = open_streams.wait_for(|open| *open == 0).await;
-    };
+    // Every connection and upgraded session gives its slot back when it ends.
+    let drained = slots.acquire_many(limits.max_connections);
     if tokio::time::timeout(limits.grace_period, drained)
         .await
         .is_err()
@@ -243,17 +232,25 @@ async fn accept_loop(
     }
 }
 
+/// What one connection is served under.
+struct Connection {
+    handshake_timeout: std::time::Duration,
+    deadlines: Deadlines,
+    /// Turns true when the proxy shuts down: the connection then closes gracefully.
+    shutdown: watch::Receiver<bool>,
+}
+
 async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     acceptor: TlsAcceptor,
     http: Arc<auto::Builder<TokioExecutor>>,
     pipeline: Arc<Pipeline>,
-    watcher: hyper_util::server::graceful::Watcher,
-    handshake_timeout: std::time::Duration,
+    slot: Arc<ConnectionSlot>,
+    limits: Connection,
 ) {
     let _ = tcp.set_nodelay(true);
-    let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+    let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             pipeline.metrics.handshake_failed();
@@ -266,32 +263,58 @@ async fn serve_connection(
             return;
         }
     };
-    let mut force_close = pipeline.force_close.subscribe();
+    let force_close = pipeline.force_close.subscribe();
     let identity = Arc::new(
         pipeline
             .authenticator
             .authenticate_connection(tls.get_ref().1.peer_certificates(), UnixTime::now()),
     );
-    let service = service_fn(move |req| {
-        let pipeline = Arc::clone(&pipeline);
-        let identity = Arc::clone(&identity);
-        // Boxed: hyper keeps a slot the size of the service's future in every connection for its
-        // whole life, idle ones included. The pipeline's future (authentication, authorization
-        // and forwarding state) takes kilobytes; boxed, the slot is a pointer and that memory is
-        // only held while a request is in flight.
-        Box::pin(async move { Ok::<_, Infallible>(pipeline.handle(&identity, peer, req).await) })
-    });
+    let activity = Activity::new();
+    let metrics = Arc::clone(&pipeline.metrics);
+    let service = {
+        let activity = activity.clone();
+        service_fn(move |req| {
+            let in_flight = activity.begin();
+            let pipeline = Arc::clone(&pipeline);
+            let identity = Arc::clone(&identity);
+            let slot = Arc::clone(&slot);
+            // Boxed: hyper keeps a slot the size of the service's future in every connection for
+            // its whole life, idle ones included. The pipeline's future (authentication,
+            // authorization and forwarding state) takes kilobytes; boxed, the slot is a pointer
+            // and that memory is only held while a request is in flight.
+            Box::pin(async move {
+                let response = pipeline.handle(&identity, peer, req).await;
+                if let Some(stream) = response.extensions().get::<StreamEnded>().cloned() {
+                    // An upgraded session outlives the HTTP connection: it keeps the
+                    // connection's place under --max-connections until it ends.
+                    tokio::spawn(async move {
+                        stream.wait().await;
+                        drop(slot);
+                    });
+                }
+                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+            })
+        })
+    };
     let conn = http
         .serve_connection_with_upgrades(TokioIo::new(tls), service)
         .into_owned();
-    tokio::select! {
-        result = watcher.watch(conn) => {
-            if let Err(e) = result {
-                debug!(%peer, error = %e, "connection ended with an error");
-            }
+    let ended = connection::drive(
+        conn,
+        |conn| conn.graceful_shutdown(),
+        &activity,
+        limits.deadlines,
+        limits.shutdown,
+        force_close,
+    )
+    .await;
+    match ended {
+        Ended::Finished(Ok(())) | Ended::ForceClosed => {}
+        Ended::Finished(Err(e)) => debug!(%peer, error = %e, "connection ended with an error"),
+        Ended::TimedOut => {
+            metrics.connection_timed_out();
+            debug!(%peer, "connection closed: no request within its deadline");
         }
-        // Dropping the connection closes it.
-        _ = force_close.wait_for(|closing| *closing) => {}
     }
 }
 
@@ -389,18 +412,17 @@ impl Pipeline {
         handled.response
     }
 
-    /// Counts an upgraded stream as open until it ends.
+    /// Counts an upgraded stream as open until it ends, and ends it when the shutdown grace
+    /// period is over.
     fn track(&self, stream: StreamEnded) {
-        self.open_streams.send_modify(|n| *n += 1);
         self.metrics.streams().inc();
-        let (open_streams, metrics) = (self.open_streams.clone(), Arc::clone(&self.metrics));
+        let metrics = Arc::clone(&self.metrics);
         let mut force_close = self.force_close.subscribe();
         tokio::spawn(async move {
             tokio::select! {
                 () = stream.clone().wait() => {}
                 _ = force_close.wait_for(|closing| *closing) => stream.close(),
             }
-            open_streams.send_modify(|n| *n -= 1);
             metrics.streams().dec();
         });
     }

@@ -835,9 +835,9 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
              request on each and holds them open, idle, in steps. *Open* counts the established \
              connections on the proxy's port (from `/proc/net/tcp`) when RSS (`VmRSS`) is read. \
              *Per connection*: (RSS at the last step − idle RSS) / connections. In this section the \
-             proxy runs with `--header-read-timeout=10m --max-connections=20000`: hyper's HTTP/1 \
-             header-read timeout also closes a kept-alive connection that stays idle longer than \
-             it (10 s by default), sooner than the steps take to open.\n"
+             proxy runs with `--header-read-timeout=10m --idle-connection-timeout=10m \
+             --max-connections=20000`: by default a kept-alive connection idle for 10 s (hyper's \
+             HTTP/1 header timer) or 90 s (HTTP/2) is closed, sooner than the steps take to open.\n"
         );
         let steps: Vec<u64> = {
             let mut s: Vec<u64> = run.conns.iter().map(|c| c.idle).collect();

@@ -499,6 +499,12 @@ fn kubelet_config_args(
     if let Some(version) = string("tlsMinVersion")? {
         settings.push(("tls_min_version", version));
     }
+    if let Some(timeout) = string("streamingConnectionIdleTimeout")? {
+        settings.push((
+            "streaming_connection_idle_timeout",
+            duration("streamingConnectionIdleTimeout", &timeout, "4h0m0s")?,
+        ));
+    }
     match map.get("tlsCipherSuites") {
         None | Some(Value::Null) => {}
         Some(Value::Array(items)) => {
@@ -734,7 +740,8 @@ mod tests {
              authentication:\n  x509: {clientCAFile: pki/ca.crt}\n  webhook: {cacheTTL: 0s}\n\
              authorization:\n  webhook: {cacheAuthorizedTTL: 1m}\n\
              tlsCertFile: /pki/kubelet.crt\ntlsPrivateKeyFile: /pki/kubelet.key\n\
-             tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n",
+             tlsMinVersion: VersionTLS13\ntlsCipherSuites: [TLS_AES_128_GCM_SHA256]\n\
+             streamingConnectionIdleTimeout: 30m\n",
         );
         let kubelet = path.to_str().unwrap();
         let flags = parse(&["--kubelet-config", kubelet]).unwrap();
@@ -757,6 +764,10 @@ mod tests {
         assert_eq!(flags.client_ca_file, Some(dir.0.join("pki/ca.crt")));
         assert_eq!(flags.tls_cert_file, Some(PathBuf::from("/pki/kubelet.crt")));
         assert_eq!(flags.tls_min_version, "VersionTLS13");
+        assert_eq!(
+            flags.streaming_connection_idle_timeout,
+            std::time::Duration::from_secs(30 * 60)
+        );
 
         // --config beats the KubeletConfiguration, and flags beat both.
         let config = dir.write(

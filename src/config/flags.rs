@@ -82,7 +82,18 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration, help_heading = "Serving")]
     pub header_read_timeout: Duration,
 
-    /// Most client connections served at once; further ones wait in the listen queue.
+    /// Time a connection may stay open with no request in flight after its last response, for
+    /// HTTP/1.1 keep-alive and HTTP/2 alike; then it is closed (gracefully: HTTP/2 GOAWAY).
+    #[arg(long, value_name = "DURATION", default_value = "90s", value_parser = parse_go_duration, help_heading = "Serving")]
+    pub idle_connection_timeout: Duration,
+
+    /// Time an upgraded exec, attach or portForward session may pass no data in either direction
+    /// before both its connections are closed; the kubelet's streamingConnectionIdleTimeout.
+    #[arg(long, value_name = "DURATION", default_value = "4h0m0s", value_parser = parse_go_duration, help_heading = "Serving")]
+    pub streaming_connection_idle_timeout: Duration,
+
+    /// Most client connections served at once, upgraded sessions included; further ones wait in
+    /// the listen queue.
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Serving")]
     pub max_connections: u32,
 

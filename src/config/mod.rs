@@ -91,8 +91,10 @@ pub struct Config {
     pub forwarder: Forwarder,
     /// Handshake and request-header deadline.
     pub header_read_timeout: Duration,
+    /// Time a connection may stay open with nothing in flight.
+    pub idle_connection_timeout: Duration,
     /// Most connections served at once.
-    pub max_connections: usize,
+    pub max_connections: u32,
     /// Time given to in-flight requests at shutdown.
     pub shutdown_grace_period: Duration,
     /// The metrics every part records into.
@@ -215,7 +217,8 @@ impl Config {
             node_name,
             forwarder: forwarder(flags)?,
             header_read_timeout: flags.header_read_timeout,
-            max_connections: flags.max_connections as usize,
+            idle_connection_timeout: flags.idle_connection_timeout,
+            max_connections: flags.max_connections,
             shutdown_grace_period: flags.shutdown_grace_period,
             audit: audit_log(flags, &metrics)?,
             metrics,
@@ -541,6 +544,7 @@ fn forwarder(flags: &ProxyFlags) -> Result<Forwarder, ConfigError> {
         ForwardOptions {
             forward_identity_headers: flags.forward_identity_headers,
             connect_timeout: flags.upstream_connect_timeout,
+            streaming_idle_timeout: flags.streaming_connection_idle_timeout,
         },
     )
     .map_err(|e| flag_error("--upstream", e.to_string()))

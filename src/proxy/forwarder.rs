@@ -42,6 +42,8 @@ pub struct Forwarder {
     /// `Host` sent upstream: the authority, made a header value once.
     host: HeaderValue,
     forward_identity_headers: bool,
+    /// Upgraded sessions idle this long are closed.
+    streaming_idle_timeout: Duration,
 }
 
 impl Forwarder {
@@ -104,6 +106,7 @@ impl Forwarder {
             authority,
             host,
             forward_identity_headers: options.forward_identity_headers,
+            streaming_idle_timeout: options.streaming_idle_timeout,
         })
     }
 
@@ -150,7 +153,11 @@ impl Forwarder {
         let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
         if switched {
             let caller = caller_upgrade.ok_or(ForwardError::UnexpectedSwitchingProtocols)?;
-            let ended = upgrade::splice(caller, hyper::upgrade::on(&mut resp));
+            let ended = upgrade::splice(
+                caller,
+                hyper::upgrade::on(&mut resp),
+                self.streaming_idle_timeout,
+            );
             resp.extensions_mut().insert(ended);
         }
         headers::sanitize_response_headers(resp.headers_mut(), switched);
@@ -347,7 +354,7 @@ mod tests {
     fn options(identity: bool) -> ForwardOptions {
         ForwardOptions {
             forward_identity_headers: identity,
-            connect_timeout: Duration::from_secs(5),
+            ..ForwardOptions::default()
         }
     }
 
@@ -740,8 +747,8 @@ mod tests {
         };
         let (_, ca) = kubelet_tls();
         let options = ForwardOptions {
-            forward_identity_headers: false,
             connect_timeout: Duration::from_millis(200),
+            ..ForwardOptions::default()
         };
         let forwarder = Forwarder::new(target, Some(client_tls(ca)), None, options).unwrap();
         let addr = front(forwarder, alice()).await;

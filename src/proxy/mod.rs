@@ -44,6 +44,9 @@ pub struct ForwardOptions {
     /// Upper bound on opening one upstream connection: name resolution, TCP connect and TLS
     /// handshake together.
     pub connect_timeout: Duration,
+    /// An upgraded session that passes no data either way for this long is closed
+    /// (`--streaming-connection-idle-timeout`).
+    pub streaming_idle_timeout: Duration,
 }
 
 impl Default for ForwardOptions {
@@ -53,6 +56,7 @@ impl Default for ForwardOptions {
         ForwardOptions {
             forward_identity_headers: false,
             connect_timeout: Duration::from_secs(5),
+            streaming_idle_timeout: Duration::from_secs(4 * 60 * 60),
         }
     }
 }

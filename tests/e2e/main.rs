@@ -13,6 +13,7 @@ mod audit;
 mod authorization;
 mod cli;
 mod config_files;
+mod deadlines;
 mod delegated;
 mod explain;
 mod forwarding;

@@ -1,0 +1,347 @@
+//! The deadlines of one client connection after its TLS handshake, for HTTP/1.1 and HTTP/2 alike:
+//! the first request must arrive within the header read timeout (so a client that completes TLS
+//! and then sends nothing, part of the HTTP/2 preface, or only SETTINGS is dropped), and a
+//! connection with no request in flight is closed after the idle timeout. hyper's own HTTP/1.1
+//! header timer starts only once the protocol is detected and HTTP/2 has no idle timeout, so the
+//! proxy keeps its own account of what each connection has in flight.
+//!
+//! Closing is graceful first (HTTP/2 `GOAWAY`, HTTP/1.1 no keep-alive), so a request that arrives
+//! at that moment is still answered; a peer that does not take the hint is dropped once nothing
+//! of it is in flight.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body, Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, watch};
+use tokio::time::Instant;
+
+use crate::metrics::Metrics;
+
+/// How long a connection told to close gracefully has before it is dropped, once nothing of it is
+/// in flight: enough for the peer to read a `GOAWAY` and close.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The two deadlines a connection lives by once TLS is done.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadlines {
+    /// From the end of the handshake to the first request's headers being complete.
+    pub first_request: Duration,
+    /// From the last request's response being sent (or the connection becoming idle) to the next
+    /// request's headers.
+    pub idle: Duration,
+}
+
+/// What one connection has in flight, and since when it has had nothing.
+#[derive(Debug)]
+struct State {
+    in_flight: usize,
+    idle_since: Instant,
+    requests: u64,
+}
+
+/// The account of one connection's requests in flight, shared by its request handlers.
+#[derive(Debug, Clone)]
+pub struct Activity(Arc<watch::Sender<State>>);
+
+impl Activity {
+    /// A connection with nothing in flight and no request yet, from now.
+    pub fn new() -> Activity {
+        Activity(Arc::new(watch::Sender::new(State {
+            in_flight: 0,
+            idle_since: Instant::now(),
+            requests: 0,
+        })))
+    }
+
+    /// Counts a request as in flight until the returned guard is dropped (with the response body,
+    /// see [`Tracked`]).
+    pub fn begin(&self) -> InFlight {
+        self.0.send_modify(|state| {
+            state.in_flight += 1;
+            state.requests += 1;
+        });
+        InFlight(self.clone())
+    }
+
+    /// When the connection must be closed if nothing changes: `None` while a request is in flight.
+    fn deadline(&self, deadlines: Deadlines) -> Option<Instant> {
+        let state = self.0.borrow();
+        (state.in_flight == 0).then(|| {
+            let allowed = if state.requests == 0 {
+                deadlines.first_request
+            } else {
+                deadlines.idle
+            };
+            state.idle_since + allowed
+        })
+    }
+
+    fn in_flight(&self) -> usize {
+        self.0.borrow().in_flight
+    }
+}
+
+impl Default for Activity {
+    fn default() -> Self {
+        Activity::new()
+    }
+}
+
+/// One request in flight; dropping it ends the request for the connection's account.
+#[derive(Debug)]
+pub struct InFlight(Activity);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.0.send_modify(|state| {
+            state.in_flight -= 1;
+            if state.in_flight == 0 {
+                state.idle_since = Instant::now();
+            }
+        });
+    }
+}
+
+/// A response body that keeps its request in flight until the body is finished or dropped, so a
+/// long download or log stream is never taken for an idle connection.
+#[derive(Debug)]
+pub struct Tracked<B> {
+    inner: B,
+    in_flight: Option<InFlight>,
+}
+
+impl<B> Tracked<B> {
+    /// `inner`, holding `in_flight` until it ends.
+    pub fn new(inner: B, in_flight: InFlight) -> Tracked<B> {
+        Tracked {
+            inner,
+            in_flight: Some(in_flight),
+        }
+    }
+}
+
+impl<B: Body + Unpin> Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            self.in_flight = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A client connection's place under `--max-connections`, held for the connection's whole life,
+/// upgraded sessions included: the connection gauge counts it until it is dropped.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    _permit: OwnedSemaphorePermit,
+    metrics: Arc<Metrics>,
+}
+
+impl ConnectionSlot {
+    /// Takes the slot and counts the connection as open.
+    pub fn new(permit: OwnedSemaphorePermit, metrics: Arc<Metrics>) -> ConnectionSlot {
+        metrics.connections().inc();
+        ConnectionSlot {
+            _permit: permit,
+            metrics,
+        }
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.metrics.connections().dec();
+    }
+}
+
+/// Why [`drive`] stopped serving a connection.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Ended<T> {
+    /// hyper finished the connection (the peer closed, an error, an upgrade, or a graceful close
+    /// completed).
+    Finished(T),
+    /// The connection missed a deadline and was closed (gracefully, or dropped after
+    /// [`CLOSE_GRACE`]).
+    TimedOut,
+    /// The shutdown grace period is over and the connection was dropped.
+    ForceClosed,
+}
+
+/// Serves `conn` under `deadlines`: a missed deadline starts a graceful close (`close_gracefully`:
+/// stop taking requests, let in-flight ones finish), and a connection still open [`CLOSE_GRACE`]
+/// later with nothing in flight is dropped. `shutdown` turning true closes it gracefully too;
+/// `force_close` turning true drops it at once.
+pub async fn drive<C: Future>(
+    conn: C,
+    close_gracefully: impl Fn(Pin<&mut C>),
+    activity: &Activity,
+    deadlines: Deadlines,
+    mut shutdown: watch::Receiver<bool>,
+    mut force_close: watch::Receiver<bool>,
+) -> Ended<C::Output> {
+    tokio::pin!(conn);
+    let mut changes = activity.0.subscribe();
+    let mut closing = false;
+    // Set once the connection has been told to close because it missed a deadline.
+    let mut drop_at: Option<Instant> = None;
+    loop {
+        let deadline = match drop_at {
+            Some(at) => (activity.in_flight() == 0).then_some(at),
+            None => activity.deadline(deadlines),
+        };
+        tokio::select! {
+            output = conn.as_mut() => {
+                return if drop_at.is_some() {
+                    Ended::TimedOut
+                } else {
+                    Ended::Finished(output)
+                };
+            }
+            _ = changes.changed() => {}
+            _ = shutdown.wait_for(|stop| *stop), if !closing => {
+                closing = true;
+                close_gracefully(conn.as_mut());
+            }
+            _ = force_close.wait_for(|close| *close) => return Ended::ForceClosed,
+            () = sleep_until(deadline) => {
+                if drop_at.is_some() {
+                    return Ended::TimedOut;
+                }
+                if !closing {
+                    closing = true;
+                    close_gracefully(conn.as_mut());
+                }
+                drop_at = Some(Instant::now() + CLOSE_GRACE);
+            }
+        }
+    }
+}
+
+/// Sleeps until `at`, or forever when there is no deadline.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEADLINES: Deadlines = Deadlines {
+        first_request: Duration::from_secs(5),
+        idle: Duration::from_secs(60),
+    };
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A connection that never finishes on its own; `closed` records being told to close.
+    struct Stalled {
+        closed: Arc<AtomicBool>,
+    }
+
+    impl Future for Stalled {
+        type Output = ();
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            Poll::Pending
+        }
+    }
+
+    fn stalled() -> (Stalled, Arc<AtomicBool>) {
+        let closed = Arc::new(AtomicBool::new(false));
+        (
+            Stalled {
+                closed: Arc::clone(&closed),
+            },
+            closed,
+        )
+    }
+
+    fn close(conn: Pin<&mut Stalled>) {
+        conn.closed.store(true, Ordering::SeqCst);
+    }
+
+    fn never() -> watch::Receiver<bool> {
+        let (tx, rx) = watch::channel(false);
+        // Leaked so the receiver never sees the channel close.
+        std::mem::forget(tx);
+        rx
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_first_request_is_dropped_after_the_first_request_deadline_and_grace() {
+        let activity = Activity::new();
+        let started = Instant::now();
+        let (conn, closed) = stalled();
+        let ended = drive(conn, close, &activity, DEADLINES, never(), never()).await;
+        assert_eq!(ended, Ended::TimedOut);
+        assert!(
+            closed.load(Ordering::SeqCst),
+            "told to close before it was dropped"
+        );
+        assert_eq!(started.elapsed(), DEADLINES.first_request + CLOSE_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_in_flight_is_never_cut_and_idleness_counts_from_its_end() {
+        let activity = Activity::new();
+        let request = activity.begin();
+        let ends = {
+            let activity = activity.clone();
+            tokio::spawn(async move {
+                drive(stalled().0, close, &activity, DEADLINES, never(), never()).await
+            })
+        };
+        // Far past both deadlines, the request is still in flight: the connection stays.
+        tokio::time::sleep(DEADLINES.idle * 10).await;
+        assert!(!ends.is_finished());
+        let finished = Instant::now();
+        drop(request);
+        assert_eq!(ends.await.unwrap(), Ended::TimedOut);
+        assert_eq!(finished.elapsed(), DEADLINES.idle + CLOSE_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_closes_gracefully_and_force_close_drops() {
+        let activity = Activity::new();
+        let _request = activity.begin();
+        let (stop, shutdown) = watch::channel(false);
+        let (force, force_close) = watch::channel(false);
+        let (conn, closed) = stalled();
+        let ends = {
+            let activity = activity.clone();
+            tokio::spawn(async move {
+                drive(conn, close, &activity, DEADLINES, shutdown, force_close).await
+            })
+        };
+        stop.send_replace(true);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(closed.load(Ordering::SeqCst));
+        assert!(
+            !ends.is_finished(),
+            "a graceful close waits for the request"
+        );
+        force.send_replace(true);
+        assert_eq!(ends.await.unwrap(), Ended::ForceClosed);
+    }
+}
