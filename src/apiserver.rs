@@ -23,6 +23,11 @@ use serde::de::DeserializeOwned;
 
 use crate::metrics::{ApiCallLabels, Metrics, ReviewKind};
 
+mod gate;
+
+use gate::ReviewGate;
+pub use gate::{Refused, WAITING_PER_PERMIT};
+
 /// Largest API server answer read; TokenReview and SubjectAccessReview answers are a few KiB.
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
 /// Attempts per review, as `DefaultAuthWebhookRetryBackoff` (Steps: 5).
@@ -67,6 +72,9 @@ pub enum ApiCallError {
     /// The answer could not be used: too large, not JSON, or not a review.
     #[error("invalid API server answer: {0}")]
     InvalidResponse(String),
+    /// Never sent: too many reviews of its kind were in flight.
+    #[error(transparent)]
+    Busy(#[from] Refused),
 }
 
 /// What one attempt produced, with what the retry decision needs.
@@ -82,6 +90,8 @@ pub struct ApiServerClient {
     client: kube::Client,
     timeout: Duration,
     metrics: Arc<Metrics>,
+    /// TokenReviews in flight, then SubjectAccessReviews.
+    gates: Arc<[ReviewGate; 2]>,
 }
 
 impl std::fmt::Debug for ApiServerClient {
@@ -96,9 +106,11 @@ impl ApiServerClient {
     /// Builds the client from `kubeconfig` (its current context; client certificate or token
     /// credentials), or from the in-cluster service account when `kubeconfig` is `None`.
     /// `timeout` bounds each attempt: connecting, sending, and reading the whole answer.
+    /// `max_inflight` reviews of each kind are made at once; others wait up to `timeout`.
     pub async fn new(
         kubeconfig: Option<&Path>,
         timeout: Duration,
+        max_inflight: usize,
         metrics: Arc<Metrics>,
     ) -> Result<ApiServerClient, ApiClientError> {
         let mut config = match kubeconfig {
@@ -121,10 +133,16 @@ impl ApiServerClient {
         config.write_timeout = Some(timeout);
         let client =
             kube::Client::try_from(config).map_err(|e| ApiClientError::Client(e.to_string()))?;
+        let gate = |kind| ReviewGate::new(kind, max_inflight, timeout, Arc::clone(&metrics));
+        let gates = Arc::new([
+            gate(ReviewKind::TokenReview),
+            gate(ReviewKind::SubjectAccessReview),
+        ]);
         Ok(ApiServerClient {
             client,
             timeout,
             metrics,
+            gates,
         })
     }
 
@@ -178,6 +196,11 @@ impl ApiServerClient {
             serde_json::to_vec(object)
                 .map_err(|e| ApiCallError::InvalidResponse(format!("encoding request: {e}")))?,
         );
+        let gate = match kind {
+            ReviewKind::TokenReview => &self.gates[0],
+            ReviewKind::SubjectAccessReview => &self.gates[1],
+        };
+        let _place = gate.enter().await?;
         let mut attempt = 1;
         loop {
             let started = Instant::now();

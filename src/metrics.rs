@@ -96,7 +96,7 @@ pub struct ApiCallLabels {
     pub code: u16,
 }
 
-/// Labels of the latency histogram of API server calls.
+/// Labels of the per-kind API server metrics (latency, reviews in flight, waiting, refused).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReviewKindLabels {
     /// The review made.
@@ -181,6 +181,9 @@ pub struct Metrics {
     connection_timeouts: Counter,
     api_calls: Family<ApiCallLabels, Counter>,
     api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
+    reviews_in_flight: Family<ReviewKindLabels, Gauge>,
+    reviews_waiting: Family<ReviewKindLabels, Gauge>,
+    reviews_refused: Family<ReviewKindLabels, Counter>,
     cache_lookups: Family<CacheLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     audit_dropped: Counter,
@@ -246,6 +249,24 @@ impl Metrics {
             "Duration of TokenReview and SubjectAccessReview HTTP attempts",
             api_latency.clone(),
         );
+        let reviews_in_flight = Family::<ReviewKindLabels, Gauge>::default();
+        registry.register(
+            "apiserver_reviews_in_flight",
+            "TokenReviews and SubjectAccessReviews being made now (attempts and retries), at most --apiserver-max-reviews-inflight per kind",
+            reviews_in_flight.clone(),
+        );
+        let reviews_waiting = Family::<ReviewKindLabels, Gauge>::default();
+        registry.register(
+            "apiserver_reviews_waiting",
+            "Reviews waiting for a place under --apiserver-max-reviews-inflight",
+            reviews_waiting.clone(),
+        );
+        let reviews_refused = Family::<ReviewKindLabels, Counter>::default();
+        registry.register(
+            "apiserver_reviews_refused",
+            "Reviews never made because no place came free in time or too many were waiting; their requests failed closed",
+            reviews_refused.clone(),
+        );
         let cache_lookups = Family::<CacheLabels, Counter>::default();
         registry.register(
             "review_cache_lookups",
@@ -274,6 +295,9 @@ impl Metrics {
             connection_timeouts,
             api_calls,
             api_latency,
+            reviews_in_flight,
+            reviews_waiting,
+            reviews_refused,
             cache_lookups,
             reloads,
             audit_dropped,
@@ -296,6 +320,27 @@ impl Metrics {
         self.api_latency
             .get_or_create(&ReviewKindLabels { kind: labels.kind })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// The gauge of `kind` reviews in flight.
+    pub fn reviews_in_flight(&self, kind: ReviewKind) -> Gauge {
+        self.reviews_in_flight
+            .get_or_create(&ReviewKindLabels { kind })
+            .clone()
+    }
+
+    /// The gauge of `kind` reviews waiting for a place.
+    pub fn reviews_waiting(&self, kind: ReviewKind) -> Gauge {
+        self.reviews_waiting
+            .get_or_create(&ReviewKindLabels { kind })
+            .clone()
+    }
+
+    /// Counts a `kind` review refused for want of a place.
+    pub fn review_refused(&self, kind: ReviewKind) {
+        self.reviews_refused
+            .get_or_create(&ReviewKindLabels { kind })
+            .inc();
     }
 
     /// Records how a review cache lookup was served.

@@ -204,6 +204,12 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration, help_heading = "API server")]
     pub apiserver_request_timeout: Duration,
 
+    /// Most TokenReviews, and separately SubjectAccessReviews, made at once to one API server
+    /// (retries included). Others wait up to --apiserver-request-timeout, then fail closed
+    /// (401 for a token, 500 for an authorization); identical reviews share one call.
+    #[arg(long, value_name = "N", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096), help_heading = "API server")]
+    pub apiserver_max_reviews_inflight: u32,
+
     /// Write an audit.k8s.io/v1 Event (level Metadata) per request to this file; `-` for stdout.
     #[arg(long, value_name = "FILE", help_heading = "Operations")]
     pub audit_log_path: Option<PathBuf>,

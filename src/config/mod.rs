@@ -111,7 +111,10 @@ impl Config {
     pub async fn load(flags: &ProxyFlags) -> Result<Config, ConfigError> {
         let metrics = Arc::new(Metrics::new());
         let specs = authorizer_specs(flags)?;
-        let mut clients = ApiServerClients::new(Arc::clone(&metrics));
+        let mut clients = ApiServerClients::new(
+            Arc::clone(&metrics),
+            flags.apiserver_max_reviews_inflight as usize,
+        );
         let token_client = if flags.authentication_token_webhook {
             Some(
                 clients
@@ -259,13 +262,16 @@ fn default_node_name() -> Result<String, String> {
 /// a connection share one client (and its connection pool).
 struct ApiServerClients {
     metrics: Arc<Metrics>,
+    /// `--apiserver-max-reviews-inflight`, for every client.
+    max_inflight: usize,
     built: Vec<((Option<PathBuf>, Duration), ApiServerClient)>,
 }
 
 impl ApiServerClients {
-    fn new(metrics: Arc<Metrics>) -> Self {
+    fn new(metrics: Arc<Metrics>, max_inflight: usize) -> Self {
         ApiServerClients {
             metrics,
+            max_inflight,
             built: Vec::new(),
         }
     }
@@ -279,7 +285,13 @@ impl ApiServerClients {
         if let Some((_, client)) = self.built.iter().find(|(k, _)| *k == key) {
             return Ok(client.clone());
         }
-        let client = ApiServerClient::new(kubeconfig, timeout, Arc::clone(&self.metrics)).await?;
+        let client = ApiServerClient::new(
+            kubeconfig,
+            timeout,
+            self.max_inflight,
+            Arc::clone(&self.metrics),
+        )
+        .await?;
         self.built.push((key, client.clone()));
         Ok(client)
     }

@@ -26,6 +26,7 @@ mod operator_cli;
 mod path_safety;
 mod paths;
 mod reload;
+mod review_bounds;
 mod secrets;
 mod self_contained;
 mod shutdown;

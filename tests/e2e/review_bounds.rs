@@ -1,0 +1,136 @@
+//! Reviews in flight to the API server are bounded per kind (`--apiserver-max-reviews-inflight`):
+//! a flood of requests with ever new tokens, or ever new users to authorize, holds at most that
+//! many API server calls (and sockets) at once; at most 16 more per place wait their turn, and
+//! beyond that a request fails closed at once with the kubelet's status for a failed review (401
+//! for a token, 500 for an authorization). The gauges and the refusal counter show it. A wait
+//! that outlasts `--apiserver-request-timeout` is refused too (unit tests of
+//! `src/apiserver/gate.rs`, on a paused clock).
+
+use http::StatusCode;
+
+use crate::support::apiserver::{ApiServer, Flavour, Kind, TokenUser, Verdict};
+use crate::support::client::{Client, empty, request};
+use crate::support::harness::{Harness, ProxySpec};
+use crate::support::within;
+
+const IN_FLIGHT: &str = "kubelet_auth_proxy_apiserver_reviews_in_flight";
+const WAITING: &str = "kubelet_auth_proxy_apiserver_reviews_waiting";
+const REFUSED: &str = "kubelet_auth_proxy_apiserver_reviews_refused_total";
+
+/// `--apiserver-max-reviews-inflight` here.
+const LIMIT: usize = 2;
+/// Reviews that may wait for a place: 16 per place.
+const QUEUE: usize = 16 * LIMIT;
+/// Requests beyond the places and the queue.
+const BEYOND: usize = 3;
+/// Requests sent at once, each needing a review of its own.
+const FLOOD: usize = LIMIT + QUEUE + BEYOND;
+
+async fn proxy(api: &ApiServer, mode: &str) -> Harness {
+    ProxySpec::new(&[
+        "--authentication-token-webhook",
+        mode,
+        "--apiserver-max-reviews-inflight=2",
+    ])
+    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .start()
+    .await
+}
+
+async fn get(client: &Client, token: Option<&str>) -> StatusCode {
+    let mut req = request("GET", "/pods");
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    client.send(req.body(empty()).unwrap()).await.status
+}
+
+/// Sends [`FLOOD`] requests at once while the API server holds every `kind` call: [`LIMIT`] calls
+/// are made, [`QUEUE`] requests wait, [`BEYOND`] are refused at once; once the API server answers,
+/// the waiting ones are reviewed in turn and served.
+async fn flood(h: &Harness, api: &ApiServer, kind: Kind, token_for: fn(usize) -> Option<String>) {
+    let label = [("kind", kind_label(kind))];
+    let refused_status = match kind {
+        Kind::TokenReview => StatusCode::UNAUTHORIZED,
+        Kind::SubjectAccessReview => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let gate = api.hold(kind);
+    let mut requests = Vec::new();
+    for i in 0..FLOOD {
+        let token = token_for(i);
+        let client = match token {
+            Some(_) => h.anonymous(),
+            None => h.user(&format!("user-{i}"), &[]),
+        };
+        requests.push(tokio::spawn(
+            async move { get(&client, token.as_deref()).await },
+        ));
+    }
+    within("the flood to fill the places and the queue", async {
+        loop {
+            let waiting = h.metric(WAITING, &label).await;
+            let refused = h.metric(REFUSED, &label).await;
+            if api.arrivals(kind) == LIMIT && waiting == QUEUE as f64 && refused == BEYOND as f64 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(h.metric(IN_FLIGHT, &label).await, LIMIT as f64);
+    // The refused requests have their answer while the others still wait.
+    within("the refused requests' answers", async {
+        while requests.iter().filter(|r| r.is_finished()).count() < BEYOND {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let mut answered = Vec::new();
+    let mut pending = Vec::new();
+    for request in requests {
+        if request.is_finished() {
+            answered.push(request.await.unwrap());
+        } else {
+            pending.push(request);
+        }
+    }
+    assert_eq!(answered, vec![refused_status; BEYOND]);
+
+    gate.release();
+    for request in pending {
+        let status = within("a waiting request", request).await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+    }
+    assert_eq!(api.arrivals(kind), LIMIT + QUEUE);
+    assert_eq!(h.metric(IN_FLIGHT, &label).await, 0.0);
+    assert_eq!(h.metric(WAITING, &label).await, 0.0);
+}
+
+fn kind_label(kind: Kind) -> &'static str {
+    match kind {
+        Kind::TokenReview => "TokenReview",
+        Kind::SubjectAccessReview => "SubjectAccessReview",
+    }
+}
+
+#[tokio::test]
+async fn token_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
+    let api = ApiServer::start().await;
+    for i in 0..FLOOD {
+        api.add_token(&format!("tok-{i}"), TokenUser::new(&format!("user-{i}")));
+    }
+    api.add_token("tok-late", TokenUser::new("late"));
+    let h = proxy(&api, "--authorization-mode=AlwaysAllow").await;
+    flood(&h, &api, Kind::TokenReview, |i| Some(format!("tok-{i}"))).await;
+    // Afterwards a new token is reviewed and served as usual.
+    assert_eq!(get(&h.anonymous(), Some("tok-late")).await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn access_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
+    let api = ApiServer::start().await;
+    api.set_rules(|_| Verdict::allow());
+    let h = proxy(&api, "--authorization-mode=Webhook").await;
+    flood(&h, &api, Kind::SubjectAccessReview, |_| None).await;
+    assert_eq!(get(&h.user("late", &[]), None).await, StatusCode::OK);
+}
