@@ -35,6 +35,7 @@ pub mod canonical_path;
 pub mod config;
 pub mod connection;
 pub mod demo;
+pub mod descriptors;
 pub mod explain;
 pub mod metrics;
 pub mod proxy;

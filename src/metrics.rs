@@ -27,6 +27,8 @@ pub enum Outcome {
     BadRequest,
     /// 502: the kubelet could not be reached or failed.
     UpstreamError,
+    /// 429 or 503: authorized, but no place among the requests in flight to the kubelet.
+    Throttled,
 }
 
 impl Outcome {
@@ -40,6 +42,7 @@ impl Outcome {
             Outcome::Redirected => "redirected",
             Outcome::BadRequest => "bad_request",
             Outcome::UpstreamError => "upstream_error",
+            Outcome::Throttled => "throttled",
         }
     }
 }
@@ -177,6 +180,7 @@ pub struct Metrics {
     latency: Family<DecisionLabels, Histogram, fn() -> Histogram>,
     connections: Gauge,
     streams: Gauge,
+    upstream_requests: Gauge,
     handshake_failures: Counter,
     connection_timeouts: Counter,
     api_calls: Family<ApiCallLabels, Counter>,
@@ -223,6 +227,12 @@ impl Metrics {
             "upgraded_streams_open",
             "exec, attach and portForward sessions currently spliced to the kubelet",
             streams.clone(),
+        );
+        let upstream_requests = Gauge::default();
+        registry.register(
+            "upstream_requests_in_flight",
+            "Requests in flight to the kubelet, each holding an upstream connection, at most --upstream-max-requests-inflight",
+            upstream_requests.clone(),
         );
         let handshake_failures = Counter::default();
         registry.register(
@@ -291,6 +301,7 @@ impl Metrics {
             latency,
             connections,
             streams,
+            upstream_requests,
             handshake_failures,
             connection_timeouts,
             api_calls,
@@ -371,6 +382,11 @@ impl Metrics {
     /// The open upgraded-streams gauge.
     pub fn streams(&self) -> &Gauge {
         &self.streams
+    }
+
+    /// The gauge of requests in flight to the kubelet, handed to the forwarder.
+    pub fn upstream_requests_in_flight(&self) -> Gauge {
+        self.upstream_requests.clone()
     }
 
     /// Counts a failed or timed-out TLS handshake.

@@ -1,10 +1,9 @@
 //! The one place that decides what a refused request looks like on the wire. Status codes and
 //! bodies are byte-for-byte the kubelet's (kubernetes v1.33 `pkg/kubelet/server/server.go`
-//! `InstallAuthFilter`), so clients and alerts written against
-//! the kubelet keep working.
+//! `InstallAuthFilter`), so clients and alerts written against the kubelet keep working.
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderValue, LOCATION};
+use http::header::{CONTENT_TYPE, HeaderValue, LOCATION, RETRY_AFTER};
 use http::{Method, Response, StatusCode};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -12,9 +11,10 @@ use hyper::body::Incoming;
 use crate::authn::User;
 use crate::authz::RESOURCE;
 use crate::authz::attributes::Subresources;
+use crate::proxy::Leased;
 
 /// A response body: the kubelet's, streamed through, or one of ours.
-pub type ResponseBody = Either<Incoming, Full<Bytes>>;
+pub type ResponseBody = Either<Leased<Incoming>, Full<Bytes>>;
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const TEXT_HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");
@@ -102,6 +102,31 @@ pub fn bad_gateway(reason: &str) -> Response<ResponseBody> {
         StatusCode::BAD_GATEWAY,
         format!("Bad Gateway: kubelet unavailable: {reason}\n"),
     )
+}
+
+/// 429 for a request of a user that already has its share of requests in flight to the kubelet;
+/// `Retry-After: 1`, as kube-apiserver's priority and fairness answers.
+pub fn too_many_requests(reason: &str) -> Response<ResponseBody> {
+    let mut response = text(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!("Too Many Requests: {reason}\n"),
+    );
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    response
+}
+
+/// 503 when every place for requests to the kubelet stayed taken; `Retry-After: 1`.
+pub fn service_unavailable(reason: &str) -> Response<ResponseBody> {
+    let mut response = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("Service Unavailable: {reason}\n"),
+    );
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    response
 }
 
 /// Go's `htmlEscape` for the redirect body.

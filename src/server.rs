@@ -42,7 +42,7 @@ use crate::canonical_path::{PathCheck, check_path};
 use crate::config::Config;
 use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended, Tracked};
 use crate::metrics::{Metrics, Outcome, RequestLabels};
-use crate::proxy::{ForwardError, Forwarder, StreamEnded};
+use crate::proxy::{Busy, ForwardError, Forwarder, StreamEnded};
 use crate::reload::Reloadable;
 use crate::responses::{self, ResponseBody};
 
@@ -103,6 +103,11 @@ impl RunningProxy {
 
 /// Binds both listeners and starts serving.
 pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
+    // The budget of Config::load counts on the hard limit; make it the one in force.
+    match crate::descriptors::raise_soft_limit() {
+        Ok(limit) => debug!(limit, "open-file limit"),
+        Err(e) => warn!(error = %e, "cannot raise the open-file limit to its hard limit"),
+    }
     let listener = TcpListener::bind(config.listen_address).await?;
     let admin_listener = TcpListener::bind(config.admin_listen_address).await?;
     let addr = listener.local_addr()?;
@@ -553,6 +558,14 @@ impl Pipeline {
             Err(e @ ForwardError::CallerBody(_)) => {
                 debug!(%peer, error = %e, "request body could not be read");
                 (responses::bad_request(&e.to_string()), Outcome::BadRequest)
+            }
+            Err(ForwardError::Busy(busy)) => {
+                debug!(%peer, user = %user.name, error = %busy, "request not forwarded");
+                let response = match busy {
+                    Busy::User(_) => responses::too_many_requests(&busy.to_string()),
+                    Busy::Total(_) => responses::service_unavailable(&busy.to_string()),
+                };
+                (response, Outcome::Throttled)
             }
             Err(e) => {
                 warn!(%peer, error = %e, "forwarding to the kubelet failed");

@@ -41,6 +41,17 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_go_duration, help_heading = "Upstream kubelet")]
     pub upstream_connect_timeout: Duration,
 
+    /// Most requests in flight to the kubelet at once, each holding one upstream connection until
+    /// its response ends (an exec/attach/portForward session for its life). A request beyond
+    /// waits up to --upstream-connect-timeout for a place, then gets 503.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Upstream kubelet")]
+    pub upstream_max_requests_inflight: u32,
+
+    /// Of those, most for one user: a request beyond gets 429 at once, so one identity cannot
+    /// take every upstream connection from the others. At most --upstream-max-requests-inflight.
+    #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Upstream kubelet")]
+    pub upstream_max_requests_inflight_per_user: u32,
+
     /// Address and port to serve the kubelet API on.
     #[arg(
         long,

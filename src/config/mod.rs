@@ -25,6 +25,7 @@ use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
 use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
+use crate::descriptors;
 use crate::metrics::Metrics;
 use crate::proxy::{ForwardOptions, Forwarder, UpstreamTarget};
 use crate::reload::{ReloadTarget, Reloadable};
@@ -199,29 +200,26 @@ impl Config {
             None => default_node_name().map_err(|e| flag_error("--node-name", e))?,
         };
 
+        let authorizers =
+            build_authorizers(flags, specs, &mut clients, &metrics, &mut reload_targets).await?;
+        let max_connections = descriptor_plan(flags, clients.built.len())?;
+
         Ok(Config {
             listen_address: flags.listen_address,
             admin_listen_address: flags.admin_listen_address,
             server_tls,
             authenticator,
-            authorizers: build_authorizers(
-                flags,
-                specs,
-                &mut clients,
-                &metrics,
-                &mut reload_targets,
-            )
-            .await?,
+            authorizers,
             mapping: AttributeMapping {
                 fine_grained: flags.fine_grained_authz,
                 exec_requires_create: flags.exec_requires_create,
                 standalone_statusz_flagz: flags.standalone_statusz_flagz,
             },
             node_name,
-            forwarder: forwarder(flags)?,
+            forwarder: forwarder(flags, &metrics)?,
             header_read_timeout: flags.header_read_timeout,
             idle_connection_timeout: flags.idle_connection_timeout,
-            max_connections: flags.max_connections,
+            max_connections,
             shutdown_grace_period: flags.shutdown_grace_period,
             audit: audit_log(flags, &metrics)?,
             metrics,
@@ -256,6 +254,27 @@ fn default_node_name() -> Result<String, String> {
         return Err("the hostname is empty; set --node-name".into());
     }
     Ok(name)
+}
+
+/// The client connections to serve: `--max-connections`, lowered (with a warning) when it does not
+/// fit the descriptor limit beside the upstream and API server bounds (see [`descriptors`]).
+fn descriptor_plan(flags: &ProxyFlags, apiserver_clients: usize) -> Result<u32, ConfigError> {
+    let limit = descriptors::hard_limit();
+    // Two review kinds per API server client.
+    let apiserver = 2 * u64::from(flags.apiserver_max_reviews_inflight) * apiserver_clients as u64;
+    let plan = descriptors::plan(
+        limit,
+        descriptors::Demand {
+            max_connections: flags.max_connections,
+            upstream: u64::from(flags.upstream_max_requests_inflight),
+            apiserver,
+        },
+    )
+    .map_err(|e| flag_error("--max-connections", e.to_string()))?;
+    if let Some(warning) = &plan.warning {
+        tracing::warn!("{warning}");
+    }
+    Ok(plan.max_connections)
 }
 
 /// API server clients by kubeconfig and timeout, so that TokenReview and the webhooks that share
@@ -489,7 +508,16 @@ fn upstream_target(url: &str) -> Result<UpstreamTarget, String> {
     }
 }
 
-fn forwarder(flags: &ProxyFlags) -> Result<Forwarder, ConfigError> {
+fn forwarder(flags: &ProxyFlags, metrics: &Metrics) -> Result<Forwarder, ConfigError> {
+    if flags.upstream_max_requests_inflight_per_user > flags.upstream_max_requests_inflight {
+        return Err(flag_error(
+            "--upstream-max-requests-inflight-per-user",
+            format!(
+                "{} is more than --upstream-max-requests-inflight={}; a user's share must fit in the total",
+                flags.upstream_max_requests_inflight_per_user, flags.upstream_max_requests_inflight
+            ),
+        ));
+    }
     let url = flags
         .upstream
         .as_deref()
@@ -557,6 +585,9 @@ fn forwarder(flags: &ProxyFlags) -> Result<Forwarder, ConfigError> {
             forward_identity_headers: flags.forward_identity_headers,
             connect_timeout: flags.upstream_connect_timeout,
             streaming_idle_timeout: flags.streaming_connection_idle_timeout,
+            max_requests_inflight: flags.upstream_max_requests_inflight as usize,
+            max_requests_inflight_per_user: flags.upstream_max_requests_inflight_per_user as usize,
+            requests_in_flight: metrics.upstream_requests_in_flight(),
         },
     )
     .map_err(|e| flag_error("--upstream", e.to_string()))

@@ -59,6 +59,10 @@ pub enum ForwardError {
     /// absolute path (`*`, authority form).
     #[error("request cannot be forwarded")]
     UnsupportedRequest,
+    /// No place for the request among those in flight to the kubelet (429 for the user's share,
+    /// 503 for the total); never sent.
+    #[error(transparent)]
+    Busy(#[from] super::Busy),
 }
 
 impl ForwardError {

@@ -14,6 +14,7 @@ use rustls_pki_types::ServerName;
 use tokio_rustls::TlsConnector;
 
 use super::connector::{Endpoint, UpstreamConnector};
+use super::limits::{Leased, UpstreamLimits};
 use super::{ForwardError, ForwardOptions, ProxyError, UpstreamTarget, headers, upgrade};
 use crate::authn::User;
 
@@ -44,6 +45,8 @@ pub struct Forwarder {
     forward_identity_headers: bool,
     /// Upgraded sessions idle this long are closed.
     streaming_idle_timeout: Duration,
+    /// Places for requests in flight, in all and per user.
+    limits: Arc<UpstreamLimits>,
 }
 
 impl Forwarder {
@@ -107,6 +110,12 @@ impl Forwarder {
             host,
             forward_identity_headers: options.forward_identity_headers,
             streaming_idle_timeout: options.streaming_idle_timeout,
+            limits: Arc::new(UpstreamLimits::new(
+                options.max_requests_inflight,
+                options.max_requests_inflight_per_user,
+                options.connect_timeout,
+                options.requests_in_flight,
+            )),
         })
     }
 
@@ -120,15 +129,17 @@ impl Forwarder {
     /// received the returned `101`; any other answer is returned as a normal response.
     ///
     /// `CONNECT` and non-path request targets are refused: the client would rewrite them, and
-    /// the path we forward must be the one we authorized.
+    /// the path we forward must be the one we authorized. A request with no place among those in
+    /// flight (see [`super::limits`]) is not sent: [`ForwardError::Busy`].
     pub async fn forward(
         &self,
         mut req: Request<Incoming>,
         user: &User,
-    ) -> Result<Response<Incoming>, ForwardError> {
+    ) -> Result<Response<Leased<Incoming>>, ForwardError> {
         if req.method() == Method::CONNECT {
             return Err(ForwardError::UnsupportedRequest);
         }
+        let lease = self.limits.acquire(&user.name).await?;
         let upgrade = headers::is_upgrade_request(req.version(), req.headers());
         // Taken before the request is sent: this future resolves to the caller's connection
         // once the server has written our 101 to it.
@@ -151,17 +162,23 @@ impl Forwarder {
             .map_err(ForwardError::from_client)?;
 
         let switched = resp.status() == StatusCode::SWITCHING_PROTOCOLS;
-        if switched {
+        // An upgraded session holds its places for its whole life; any other response until
+        // its body ends.
+        let body_lease = if switched {
             let caller = caller_upgrade.ok_or(ForwardError::UnexpectedSwitchingProtocols)?;
             let ended = upgrade::splice(
                 caller,
                 hyper::upgrade::on(&mut resp),
                 self.streaming_idle_timeout,
+                lease,
             );
             resp.extensions_mut().insert(ended);
-        }
+            None
+        } else {
+            Some(lease)
+        };
         headers::sanitize_response_headers(resp.headers_mut(), switched);
-        Ok(resp)
+        Ok(resp.map(|body| Leased::new(body, body_lease)))
     }
 
     /// `scheme://authority` + the caller's path and query, unchanged.
@@ -235,7 +252,7 @@ mod tests {
     /// Bound on every wait, so a bug fails the test instead of hanging it.
     const WAIT: Duration = Duration::from_secs(10);
 
-    type FrontBody = Either<Incoming, Full<Bytes>>;
+    type FrontBody = Either<Leased<Incoming>, Full<Bytes>>;
 
     /// A stand-in kubelet over TLS and a front server forwarding to it as alice, with or without
     /// identity headers.

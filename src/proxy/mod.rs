@@ -6,6 +6,7 @@ mod connector;
 mod error;
 mod forwarder;
 pub mod headers;
+mod limits;
 mod upgrade;
 
 use std::path::PathBuf;
@@ -13,6 +14,7 @@ use std::time::Duration;
 
 pub use error::{ForwardError, ProxyError};
 pub use forwarder::Forwarder;
+pub use limits::{Busy, Lease, Leased};
 pub use upgrade::StreamEnded;
 
 /// Where the kubelet listens (`--upstream`).
@@ -36,7 +38,7 @@ pub enum UpstreamTarget {
 }
 
 /// Forwarding behaviour that is configuration, not per request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct ForwardOptions {
     /// Set `X-Remote-User`/`-Uid`/`-Group`/`-Extra-*` from the authenticated user
     /// (`--forward-identity-headers`). Caller-supplied ones are removed either way.
@@ -47,16 +49,26 @@ pub struct ForwardOptions {
     /// An upgraded session that passes no data either way for this long is closed
     /// (`--streaming-connection-idle-timeout`).
     pub streaming_idle_timeout: Duration,
+    /// Requests in flight to the kubelet at once (`--upstream-max-requests-inflight`).
+    pub max_requests_inflight: usize,
+    /// Of those, at most this many for one user (`--upstream-max-requests-inflight-per-user`).
+    pub max_requests_inflight_per_user: usize,
+    /// Counts the requests in flight to the kubelet.
+    pub requests_in_flight: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Default for ForwardOptions {
     /// No identity headers; a 5 s connect timeout, long for a kubelet on the same node, short
-    /// enough that a dead one turns into a prompt 502.
+    /// enough that a dead one turns into a prompt 502; the flags' defaults for the rest, and a
+    /// gauge of its own.
     fn default() -> Self {
         ForwardOptions {
             forward_identity_headers: false,
             connect_timeout: Duration::from_secs(5),
             streaming_idle_timeout: Duration::from_secs(4 * 60 * 60),
+            max_requests_inflight: 1024,
+            max_requests_inflight_per_user: 512,
+            requests_in_flight: prometheus_client::metrics::gauge::Gauge::default(),
         }
     }
 }

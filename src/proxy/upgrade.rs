@@ -15,6 +15,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
+use super::limits::Lease;
+
 /// How long to wait for both connections to finish switching protocols. The kubelet's side is
 /// ready as soon as its `101` is read; the caller's side as soon as our `101` is written, so this
 /// only fires when a peer stalls mid-handshake.
@@ -24,12 +26,20 @@ const SWITCH_TIMEOUT: Duration = Duration::from_secs(30);
 ///
 /// The task owns both connections and ends when the copy ends (both directions closed, or an
 /// I/O error on either side), when the switch does not complete in time, or when no byte has
-/// been read from either side for `idle_timeout`; dropping the connections closes them.
-pub(crate) fn splice(caller: OnUpgrade, kubelet: OnUpgrade, idle_timeout: Duration) -> StreamEnded {
+/// been read from either side for `idle_timeout`; dropping the connections closes them. It holds
+/// the session's `lease` until then.
+pub(crate) fn splice(
+    caller: OnUpgrade,
+    kubelet: OnUpgrade,
+    idle_timeout: Duration,
+    lease: Lease,
+) -> StreamEnded {
     let (ended, on_end) = tokio::sync::watch::channel(());
     let task = tokio::spawn(async move {
-        // Dropped when the task ends, however it ends, which resolves the receiver.
+        // Dropped when the task ends, however it ends, which resolves the receiver and gives the
+        // session's places back.
         let _ended = ended;
+        let _lease = lease;
         let both = async { tokio::try_join!(caller, kubelet) };
         let (caller, kubelet) = match tokio::time::timeout(SWITCH_TIMEOUT, both).await {
             Ok(Ok(pair)) => pair,

@@ -32,4 +32,5 @@ mod self_contained;
 mod shutdown;
 mod tls_front;
 mod upgrades;
+mod upstream_bounds;
 mod x509;

@@ -1,0 +1,242 @@
+//! Bounds on what forwarded requests hold at the kubelet. Every request in flight to the kubelet
+//! holds one upstream connection (the upstream client speaks HTTP/1.1) until its response body
+//! ends, and an exec/attach/portForward session for its whole life. A caller that opens HTTP/2
+//! streams and never reads their answers would otherwise hold as many upstream connections, and
+//! descriptors, as it likes. So:
+//!
+//! - at most `--upstream-max-requests-inflight` requests are in flight to the kubelet in all;
+//!   a request beyond waits for a place at most the upstream connect timeout, then gets 503;
+//! - at most `--upstream-max-requests-inflight-per-user` of them belong to one user; a request
+//!   beyond gets 429 at once, so one identity cannot take every place from the others.
+//!
+//! A [`Lease`] holds both places; the forwarder moves it into the response body ([`Leased`]) or
+//! into the splice of an upgraded session, so the places are given back when the kubelet's
+//! connection is.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body, Frame, SizeHint};
+use prometheus_client::metrics::gauge::Gauge;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Why a request was not sent to the kubelet for want of a place. `Display` names the flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Busy {
+    /// The user already has its share of requests in flight.
+    #[error(
+        "too many requests in flight for this user (--upstream-max-requests-inflight-per-user={0})"
+    )]
+    User(usize),
+    /// Every place was taken for longer than the wait allows.
+    #[error("too many requests in flight to the kubelet (--upstream-max-requests-inflight={0})")]
+    Total(usize),
+}
+
+/// The places of every forwarded request, shared by all connections.
+#[derive(Debug)]
+pub struct UpstreamLimits {
+    total: Arc<Semaphore>,
+    total_limit: usize,
+    per_user_limit: usize,
+    /// Requests in flight by user name; a user leaves the map with its last request, so the map
+    /// holds at most one entry per request in flight.
+    per_user: Mutex<HashMap<Arc<str>, usize>>,
+    wait: Duration,
+    in_flight: Gauge,
+}
+
+impl UpstreamLimits {
+    /// `total_limit` requests in flight, `per_user_limit` of them per user, a wait of at most
+    /// `wait` for a place; `in_flight` counts the places taken.
+    pub fn new(
+        total_limit: usize,
+        per_user_limit: usize,
+        wait: Duration,
+        in_flight: Gauge,
+    ) -> Self {
+        UpstreamLimits {
+            total: Arc::new(Semaphore::new(total_limit)),
+            total_limit,
+            per_user_limit,
+            per_user: Mutex::new(HashMap::new()),
+            wait,
+            in_flight,
+        }
+    }
+
+    /// Takes a place for one request of `user`.
+    pub async fn acquire(self: &Arc<Self>, user: &str) -> Result<Lease, Busy> {
+        let user = self.enter_user(user)?;
+        let permit = match Arc::clone(&self.total).try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                match tokio::time::timeout(self.wait, Arc::clone(&self.total).acquire_owned()).await
+                {
+                    Ok(Ok(permit)) => permit,
+                    // Never closed; a timeout and a closed semaphore both mean no place.
+                    Ok(Err(_)) | Err(_) => return Err(Busy::Total(self.total_limit)),
+                }
+            }
+        };
+        self.in_flight.inc();
+        Ok(Lease {
+            _user: user,
+            _permit: permit,
+            in_flight: self.in_flight.clone(),
+        })
+    }
+
+    fn enter_user(self: &Arc<Self>, user: &str) -> Result<UserPlace, Busy> {
+        let mut per_user = self.per_user.lock().unwrap_or_else(PoisonError::into_inner);
+        let name: Arc<str> = match per_user.get_key_value(user) {
+            Some((_, count)) if *count >= self.per_user_limit => {
+                return Err(Busy::User(self.per_user_limit));
+            }
+            Some((name, _)) => Arc::clone(name),
+            None => Arc::from(user),
+        };
+        *per_user.entry(Arc::clone(&name)).or_insert(0) += 1;
+        Ok(UserPlace {
+            limits: Arc::clone(self),
+            name,
+        })
+    }
+}
+
+/// One request's place in its user's share; given back on drop.
+#[derive(Debug)]
+struct UserPlace {
+    limits: Arc<UpstreamLimits>,
+    name: Arc<str>,
+}
+
+impl Drop for UserPlace {
+    fn drop(&mut self) {
+        let mut per_user = self
+            .limits
+            .per_user
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = per_user.get_mut(&self.name) {
+            *count -= 1;
+            if *count == 0 {
+                per_user.remove(&self.name);
+            }
+        }
+    }
+}
+
+/// A forwarded request's places (its user's and the total); given back when dropped.
+#[derive(Debug)]
+pub struct Lease {
+    _user: UserPlace,
+    _permit: OwnedSemaphorePermit,
+    in_flight: Gauge,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.in_flight.dec();
+    }
+}
+
+/// The kubelet's response body, holding its request's [`Lease`] until it ends or is dropped (an
+/// upgraded session's lease is held by the splice instead, and its body holds none).
+#[derive(Debug)]
+pub struct Leased<B> {
+    inner: B,
+    lease: Option<Lease>,
+}
+
+impl<B> Leased<B> {
+    /// `inner`, holding `lease` until it ends.
+    pub fn new(inner: B, lease: Option<Lease>) -> Leased<B> {
+        Leased { inner, lease }
+    }
+}
+
+impl<B: Body + Unpin> Body for Leased<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            self.lease = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(total: usize, per_user: usize) -> Arc<UpstreamLimits> {
+        Arc::new(UpstreamLimits::new(
+            total,
+            per_user,
+            Duration::from_secs(1),
+            Gauge::default(),
+        ))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_user_gets_its_share_and_no_more_while_others_still_get_places() {
+        let limits = limits(4, 2);
+        let a1 = limits.acquire("mallory").await.unwrap();
+        let _a2 = limits.acquire("mallory").await.unwrap();
+        assert_eq!(limits.acquire("mallory").await.unwrap_err(), Busy::User(2));
+        let _b = limits.acquire("apiserver").await.unwrap();
+        assert_eq!(limits.in_flight.get(), 3);
+        drop(a1);
+        let _a3 = limits.acquire("mallory").await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn beyond_the_total_a_request_waits_then_is_refused() {
+        let limits = limits(1, 1);
+        let first = limits.acquire("a").await.unwrap();
+        assert_eq!(limits.acquire("b").await.unwrap_err(), Busy::Total(1));
+        let waiting = {
+            let limits = Arc::clone(&limits);
+            tokio::spawn(async move { limits.acquire("c").await.map(|_| ()) })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        drop(first);
+        assert_eq!(waiting.await.unwrap(), Ok(()));
+    }
+
+    #[tokio::test]
+    async fn users_leave_the_map_with_their_last_request() {
+        let limits = limits(8, 8);
+        let leases: Vec<Lease> = acquire_all(&limits, &["a", "b", "a"]).await;
+        assert_eq!(limits.per_user.lock().unwrap().len(), 2);
+        drop(leases);
+        assert!(limits.per_user.lock().unwrap().is_empty());
+        assert_eq!(limits.in_flight.get(), 0);
+    }
+
+    async fn acquire_all(limits: &Arc<UpstreamLimits>, users: &[&str]) -> Vec<Lease> {
+        let mut leases = Vec::new();
+        for user in users {
+            leases.push(limits.acquire(user).await.unwrap());
+        }
+        leases
+    }
+}
