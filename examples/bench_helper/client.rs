@@ -88,6 +88,19 @@ pub struct BurstArgs {
     tokens: Tokens,
 }
 
+/// Options of `bench_helper silent`.
+#[derive(Debug, clap::Args)]
+pub struct SilentArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Silent connections to open.
+    #[arg(long)]
+    count: usize,
+    /// The proxy's process ID, to read its open descriptors and resident memory.
+    #[arg(long)]
+    pid: Option<u32>,
+}
+
 /// Opens client connections to one address.
 struct Connector {
     addr: SocketAddr,
@@ -127,6 +140,17 @@ impl Connector {
                 let _ = conn.await;
             });
             anyhow::Ok(sender)
+        };
+        tokio::time::timeout(OPEN_TIMEOUT, opening)
+            .await
+            .context("opening a connection timed out")?
+    }
+
+    /// A TLS connection on which nothing is sent.
+    async fn open_tls(&self) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let opening = async {
+            let tcp = TcpStream::connect(self.addr).await?;
+            anyhow::Ok(self.tls.connect(self.server_name.clone(), tcp).await?)
         };
         tokio::time::timeout(OPEN_TIMEOUT, opening)
             .await
@@ -295,4 +319,102 @@ mod tests {
         assert_eq!(percentile(&values, 1.0), Some(Duration::from_millis(100)));
         assert_eq!(percentile(&[], 0.99), None);
     }
+}
+
+/// Opens `count` TLS connections that send nothing, then prints one JSON line: how many opened,
+/// how long after its handshake each was closed by the proxy (percentiles, seconds), how long a
+/// well-behaved client took to be answered while they were open, and, given the proxy's PID, its
+/// open descriptors and resident memory with every silent connection open and after they closed.
+pub async fn silent(args: SilentArgs) -> anyhow::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+    let connector = Arc::new(Connector::new(&args.target)?);
+    let slots = Arc::new(Semaphore::new(OPENING_AT_ONCE));
+    let (opened_tx, mut opened_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut connections = JoinSet::new();
+    for _ in 0..args.count {
+        let (connector, slots, opened) = (
+            Arc::clone(&connector),
+            Arc::clone(&slots),
+            opened_tx.clone(),
+        );
+        connections.spawn(async move {
+            let slot = slots.acquire_owned().await?;
+            let mut tls = connector.open_tls().await?;
+            drop(slot);
+            let _ = opened.send(());
+            let handshaken = Instant::now();
+            let mut buffer = [0u8; 1024];
+            // Until the proxy closes (EOF or an error).
+            while let Ok(n) = tls.read(&mut buffer).await {
+                if n == 0 {
+                    break;
+                }
+            }
+            anyhow::Ok(handshaken.elapsed())
+        });
+    }
+    drop(opened_tx);
+    let started = Instant::now();
+    let mut opened = 0usize;
+    while opened < args.count && opened_rx.recv().await.is_some() {
+        opened += 1;
+    }
+    let all_open = started.elapsed();
+    let at_peak = args.pid.map(process_figures);
+    // A well-behaved client while the silent ones are open (or being closed).
+    let probe = Instant::now();
+    let probe_status = match connector.open().await {
+        Ok(mut sender) => get(&mut sender, &args.target.path, None)
+            .await
+            .map(|s| s.as_u16().to_string())
+            .unwrap_or_else(|e| format!("error: {e:#}")),
+        Err(e) => format!("error: {e:#}"),
+    };
+    let probe_ms = probe.elapsed().as_secs_f64() * 1000.0;
+    let mut closed_after = Vec::with_capacity(args.count);
+    let mut failed = 0usize;
+    while let Some(joined) = connections.join_next().await {
+        match joined.map_err(anyhow::Error::from).and_then(|r| r) {
+            Ok(elapsed) => closed_after.push(elapsed.as_secs_f64()),
+            Err(_) => failed += 1,
+        }
+    }
+    closed_after.sort_by(f64::total_cmp);
+    let pct = |p: f64| -> f64 {
+        if closed_after.is_empty() {
+            return 0.0;
+        }
+        let i = ((closed_after.len() as f64 - 1.0) * p).round() as usize;
+        closed_after[i]
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = args.pid.map(process_figures);
+    let line = serde_json::json!({
+        "opened": opened,
+        "failed": failed,
+        "seconds_to_open_all": all_open.as_secs_f64(),
+        "closed_by_proxy_after_seconds": {
+            "p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)
+        },
+        "probe": { "status": probe_status, "ms": probe_ms },
+        "proxy_at_peak": at_peak,
+        "proxy_after": after,
+    });
+    println!("{line}");
+    Ok(())
+}
+
+/// Open descriptors and `VmRSS` (KiB) of a process, from `/proc`.
+fn process_figures(pid: u32) -> serde_json::Value {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, Iterator::count);
+    let rss_kib = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .unwrap_or(0);
+    serde_json::json!({ "descriptors": fds, "rss_kib": rss_kib })
 }

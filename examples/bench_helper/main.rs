@@ -37,6 +37,9 @@ enum Command {
     Idle(client::IdleArgs),
     /// Send concurrent requests at once on connections opened beforehand; print latencies.
     Burst(client::BurstArgs),
+    /// Open TLS connections that never send a request; print how soon the proxy closes them and
+    /// whether other clients are served meanwhile.
+    Silent(client::SilentArgs),
     /// Turn the raw measurements of a run into the results JSON and docs/BENCHMARKS.md.
     Report(report::Args),
 }
@@ -57,6 +60,7 @@ fn main() -> anyhow::Result<()> {
                     Command::Apiserver(args) => standin::run(args).await,
                     Command::Idle(args) => client::idle(args).await,
                     Command::Burst(args) => client::burst(args).await,
+                    Command::Silent(args) => client::silent(args).await,
                     Command::Pki { .. } | Command::Report(_) => Ok(()),
                 }
             })
