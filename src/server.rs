@@ -187,6 +187,7 @@ async fn accept_loop(
     // included; when none is left the loop stops accepting and new clients wait in the kernel's
     // listen queue.
     let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
+    let mut accept_errors = AcceptBackoff::default();
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&slots).acquire_owned() => match permit {
@@ -197,11 +198,15 @@ async fn accept_loop(
         };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
+                Ok(accepted) => {
+                    accept_errors.succeeded();
+                    accepted
+                }
                 Err(e) => {
-                    // Typically EMFILE; back off briefly instead of spinning.
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    // EMFILE or ENFILE when something beyond the budget holds descriptors: back
+                    // off, doubling up to a second, and say so once a second at most.
+                    let pause = accept_errors.failed(&e);
+                    tokio::time::sleep(pause).await;
                     continue;
                 }
             },
@@ -234,6 +239,51 @@ async fn accept_loop(
             "requests or streams still open after the shutdown grace period; closing them"
         );
         pipeline.force_close.send_replace(true);
+    }
+}
+
+/// The accept loop's answer to failing `accept` calls: a pause that doubles from 10 ms to 1 s, and
+/// a warning at most once a second with the count of failures since the last one.
+#[derive(Debug)]
+struct AcceptBackoff {
+    pause: std::time::Duration,
+    failures: u64,
+    last_warning: Option<Instant>,
+}
+
+impl Default for AcceptBackoff {
+    fn default() -> Self {
+        AcceptBackoff {
+            pause: ACCEPT_PAUSE_MIN,
+            failures: 0,
+            last_warning: None,
+        }
+    }
+}
+
+const ACCEPT_PAUSE_MIN: std::time::Duration = std::time::Duration::from_millis(10);
+const ACCEPT_PAUSE_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl AcceptBackoff {
+    /// Records a failure; returns how long to pause before accepting again.
+    fn failed(&mut self, error: &std::io::Error) -> std::time::Duration {
+        self.failures += 1;
+        if self
+            .last_warning
+            .is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(1))
+        {
+            warn!(%error, failures = self.failures, "accept failed; pausing");
+            self.failures = 0;
+            self.last_warning = Some(Instant::now());
+        }
+        let pause = self.pause;
+        self.pause = (self.pause * 2).min(ACCEPT_PAUSE_MAX);
+        pause
+    }
+
+    /// An accepted connection ends a run of failures.
+    fn succeeded(&mut self) {
+        self.pause = ACCEPT_PAUSE_MIN;
     }
 }
 
@@ -583,5 +633,22 @@ impl Pipeline {
             user: Some(user),
             authorization: Some(AuditAuthorization::Allow(reason)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accept_failures_back_off_doubling_to_a_second_and_reset_on_success() {
+        let mut backoff = AcceptBackoff::default();
+        let error = std::io::Error::from_raw_os_error(24);
+        let pauses: Vec<u64> = (0..9)
+            .map(|_| backoff.failed(&error).as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        backoff.succeeded();
+        assert_eq!(backoff.failed(&error), ACCEPT_PAUSE_MIN);
     }
 }
