@@ -523,6 +523,15 @@ fn forwarder(flags: &ProxyFlags, metrics: &Metrics) -> Result<Forwarder, ConfigE
         .as_deref()
         .ok_or_else(|| flag_error("--upstream", "required (e.g. https://127.0.0.1:10250)"))?;
     let target = upstream_target(url).map_err(|e| flag_error("--upstream", e))?;
+    if flags.forward_identity_headers && !identity_headers_stay_local(&target) {
+        return Err(flag_error(
+            "--forward-identity-headers",
+            format!(
+                "would send X-Remote-* identity headers in clear text over the network to {url}; \
+                 use an https:// upstream, a unix:// socket, or a loopback http:// address"
+            ),
+        ));
+    }
     let client_identity = match (
         &flags.upstream_client_cert_file,
         &flags.upstream_client_key_file,
@@ -593,9 +602,47 @@ fn forwarder(flags: &ProxyFlags, metrics: &Metrics) -> Result<Forwarder, ConfigE
     .map_err(|e| flag_error("--upstream", e.to_string()))
 }
 
+/// Whether identity headers sent to `target` stay off the network or are encrypted: https, a unix
+/// socket, or plain http to a loopback address (`localhost` or an IP literal in 127.0.0.0/8 or
+/// `::1`). A name other than `localhost` could resolve anywhere, so it does not count.
+fn identity_headers_stay_local(target: &UpstreamTarget) -> bool {
+    match target {
+        UpstreamTarget::Https { .. } | UpstreamTarget::Unix { .. } => true,
+        UpstreamTarget::Http { authority } => {
+            let host = authority.host();
+            let host = host
+                .strip_prefix('[')
+                .and_then(|h| h.strip_suffix(']'))
+                .unwrap_or(host);
+            host.eq_ignore_ascii_case("localhost")
+                || host
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback())
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identity_headers_travel_only_encrypted_or_on_loopback() {
+        for (url, local) in [
+            ("https://10.0.0.1:10250", true),
+            ("unix:///run/kubelet.sock", true),
+            ("http://127.0.0.1:10255", true),
+            ("http://127.9.9.9:10255", true),
+            ("http://localhost:10255", true),
+            ("http://[::1]:10255", true),
+            ("http://10.0.0.1:10255", false),
+            ("http://node-1.example:10255", false),
+            ("http://[2001:db8::1]:10255", false),
+        ] {
+            let target = upstream_target(url).unwrap();
+            assert_eq!(identity_headers_stay_local(&target), local, "{url}");
+        }
+    }
 
     #[test]
     fn upstream_forms() {

@@ -140,7 +140,8 @@ impl Forwarder {
             return Err(ForwardError::UnsupportedRequest);
         }
         let lease = self.limits.acquire(&user.name).await?;
-        let upgrade = headers::is_upgrade_request(req.version(), req.headers());
+        let upgrade = headers::is_upgrade_request(req.version(), req.headers())
+            && headers::may_upgrade(req.uri().path(), req.headers());
         // Taken before the request is sent: this future resolves to the caller's connection
         // once the server has written our 101 to it.
         let caller_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
@@ -710,6 +711,62 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::OK);
         assert!(!resp.headers().contains_key(UPGRADE));
         assert_eq!(body_text(resp).await, "ok");
+    }
+
+    /// An upstream that answers every request with `101` (to h2c), whatever was asked, after
+    /// handing the request head it read to the test.
+    async fn always_switching_upstream() -> (UpstreamTarget, tokio::sync::mpsc::Receiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let target = UpstreamTarget::Http {
+            authority: listener.local_addr().unwrap().to_string().parse().unwrap(),
+        };
+        let (heads, received) = tokio::sync::mpsc::channel(8);
+        tokio::spawn(async move {
+            while let Ok((mut tcp, _)) = listener.accept().await {
+                let heads = heads.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n")
+                        && tcp.read(&mut byte).await.unwrap_or(0) == 1
+                    {
+                        head.push(byte[0]);
+                    }
+                    let _ = heads
+                        .send(String::from_utf8_lossy(&head).to_lowercase())
+                        .await;
+                    let _ = tcp
+                        .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+                        .await;
+                    let mut sink = Vec::new();
+                    let _ = tcp.read_to_end(&mut sink).await;
+                });
+            }
+        });
+        (target, received)
+    }
+
+    #[tokio::test]
+    async fn an_upgrade_anywhere_else_is_stripped_and_never_spliced() {
+        let (target, mut heads) = always_switching_upstream().await;
+        let forwarder = Forwarder::new(target, None, None, options(false)).unwrap();
+        let addr = front(forwarder, alice()).await;
+        for (path, protocol) in [
+            ("/pods", "websocket"),
+            ("/run/ns/pod/ctr", "websocket"),
+            ("/exec/ns/pod/ctr", "h2c"),
+        ] {
+            let req = get(path)
+                .header(CONNECTION, "Upgrade")
+                .header(UPGRADE, protocol)
+                .body(Full::default())
+                .unwrap();
+            let resp = send(addr, req).await;
+            assert_eq!(resp.status(), StatusCode::BAD_GATEWAY, "{path} {protocol}");
+            assert_eq!(body_text(resp).await, "upstream switched protocols unasked");
+            let head = timeout(WAIT, heads.recv()).await.unwrap().unwrap();
+            assert!(!head.contains("upgrade"), "{path} {protocol}: {head}");
+        }
     }
 
     #[tokio::test]

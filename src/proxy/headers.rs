@@ -21,8 +21,18 @@ pub const X_REMOTE_EXTRA_PREFIX: &str = "x-remote-extra-";
 
 /// Prefixes of header names that carry an identity the kubelet (or anything that trusts a front
 /// proxy) could believe: `X-Remote-*` (requestheader authentication) and `Impersonate-*`.
-/// A caller must never be able to send them through us.
+/// A caller must never be able to send them through us. Names are compared with `_` read as `-`
+/// (and case folded, as `http` stores names lowercase), because some servers and CGI-style
+/// gateways read `X_Remote_User` as `X-Remote-User`.
 const IDENTITY_PREFIXES: [&str; 2] = ["x-remote-", "impersonate-"];
+
+/// Headers that ask a server to treat the request as another method than the one authorized
+/// (frameworks honour them); the kubelet must see the method that was authorized, only that.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
 
 /// The `Sec-WebSocket-Protocol` entry prefix Kubernetes clients use to carry a bearer token on
 /// WebSocket handshakes (browsers cannot set `Authorization`); it is a credential like any other.
@@ -63,14 +73,34 @@ pub fn is_upgrade_request(version: Version, headers: &HeaderMap) -> bool {
 ///
 /// Removes every hop-by-hop header and every header named in `Connection`, except that an
 /// upgrade request keeps `Upgrade` and gets exactly `Connection: Upgrade`; removes
-/// `Authorization`, every `X-Remote-*` and `Impersonate-*` header, and bearer-token entries of
-/// `Sec-WebSocket-Protocol`, so no client-supplied credential or identity reaches the kubelet.
-/// Identity headers, when wanted, are added afterwards by [`set_identity_headers`].
+/// `Authorization`, every `X-Remote-*` and `Impersonate-*` header in any spelling with `_` for
+/// `-`, bearer-token entries of `Sec-WebSocket-Protocol`, and method-override headers, so no
+/// client-supplied credential, identity or other method reaches the kubelet. Identity headers,
+/// when wanted, are added afterwards by [`set_identity_headers`].
 pub fn sanitize_request_headers(headers: &mut HeaderMap, upgrade: bool) {
     strip_hop_by_hop(headers, upgrade);
     headers.remove(AUTHORIZATION);
     strip_identity_headers(headers);
+    for name in METHOD_OVERRIDES {
+        headers.remove(name);
+    }
     strip_websocket_bearer_tokens(headers);
+}
+
+/// Whether an HTTP/1.1 upgrade request may be upgraded: only an exec, attach or portForward
+/// handshake (the kubelet upgrades nothing else) asking for WebSocket or SPDY/3.1 (what kubectl
+/// and the API server speak). Any other `Upgrade` is removed and the request forwarded as a plain
+/// one, so no tunnel can open past the proxy's authorization on another path or protocol.
+pub fn may_upgrade(path: &str, headers: &HeaderMap) -> bool {
+    const STREAMING_PREFIXES: [&str; 3] = ["/exec/", "/attach/", "/portForward/"];
+    const PROTOCOLS: [&[u8]; 2] = [b"websocket", b"SPDY/3.1"];
+    let streaming = STREAMING_PREFIXES.iter().any(|p| path.starts_with(p));
+    let mut offered = tokens(headers, &UPGRADE);
+    let protocol_known = match (offered.next(), offered.next()) {
+        (Some(protocol), None) => PROTOCOLS.iter().any(|p| protocol.eq_ignore_ascii_case(p)),
+        _ => false,
+    };
+    streaming && protocol_known
 }
 
 /// Prepares kubelet response headers for the caller: removes every hop-by-hop header and every
@@ -195,10 +225,19 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     }
 }
 
-/// Removes every header whose name starts with one of [`IDENTITY_PREFIXES`]. Names in `http` are
-/// lowercase, so this is case-insensitive on the wire.
+/// Removes every header whose name starts with one of [`IDENTITY_PREFIXES`], reading `_` as `-`.
+/// Names in `http` are lowercase, so this is case-insensitive on the wire.
 fn strip_identity_headers(headers: &mut HeaderMap) {
-    let is_identity = |n: &HeaderName| IDENTITY_PREFIXES.iter().any(|p| n.as_str().starts_with(p));
+    let is_identity = |n: &HeaderName| {
+        let name = n.as_str().as_bytes();
+        IDENTITY_PREFIXES.iter().any(|prefix| {
+            name.len() >= prefix.len()
+                && name
+                    .iter()
+                    .zip(prefix.bytes())
+                    .all(|(&c, p)| c == p || (c == b'_' && p == b'-'))
+        })
+    };
     if !headers.keys().any(is_identity) {
         return;
     }
@@ -278,6 +317,36 @@ mod tests {
     }
 
     #[test]
+    fn only_exec_attach_and_port_forward_with_websocket_or_spdy_may_upgrade() {
+        let upgrade = |value: &str| map(&[("connection", "Upgrade"), ("upgrade", value)]);
+        for path in [
+            "/exec/ns/pod/ctr",
+            "/attach/ns/pod/ctr",
+            "/portForward/ns/pod",
+        ] {
+            for protocol in ["websocket", "WebSocket", "SPDY/3.1", "spdy/3.1"] {
+                assert!(may_upgrade(path, &upgrade(protocol)), "{path} {protocol}");
+            }
+            for protocol in ["h2c", "websocket, h2c", "SPDY/3", "TLS/1.0", ""] {
+                assert!(
+                    !may_upgrade(path, &upgrade(protocol)),
+                    "{path} {protocol:?}"
+                );
+            }
+        }
+        for path in [
+            "/pods",
+            "/run/ns/pod/ctr",
+            "/containerLogs/ns/pod/ctr",
+            "/exec",
+            "/execx/ns/pod/ctr",
+            "/portforward/ns/pod",
+        ] {
+            assert!(!may_upgrade(path, &upgrade("websocket")), "{path}");
+        }
+    }
+
+    #[test]
     fn request_hygiene_table() {
         struct Case {
             name: &'static str,
@@ -327,6 +396,26 @@ mod tests {
                     ("x-kept", "3"),
                 ],
                 output: &[("x-kept", "3")],
+            },
+            Case {
+                name: "identity lookalikes with _ for - and method overrides removed",
+                upgrade: false,
+                input: &[
+                    ("x_remote_user", "system:admin"),
+                    ("x-remote_group", "system:masters"),
+                    ("x_remote-extra-scopes", "all"),
+                    ("impersonate_user", "system:admin"),
+                    ("impersonate-extra_scopes", "all"),
+                    ("x-http-method-override", "DELETE"),
+                    ("x-http-method", "PUT"),
+                    ("x-method-override", "POST"),
+                    ("x-remoteuser", "kept: not an identity header"),
+                    ("x_remote", "kept: no prefix match"),
+                ],
+                output: &[
+                    ("x-remoteuser", "kept: not an identity header"),
+                    ("x_remote", "kept: no prefix match"),
+                ],
             },
             Case {
                 name: "credentials and client identity removed",

@@ -142,6 +142,20 @@ async fn bad_flag_values_exit_2_with_one_line() {
             s(&["--header-read-timeout=10"]),
             s(&["--header-read-timeout", "10"]),
         ),
+        (
+            s(&[
+                "--forward-identity-headers",
+                "--upstream=http://192.0.2.10:10255",
+            ]),
+            s(&["--forward-identity-headers", "clear text", "https://"]),
+        ),
+        (
+            s(&[
+                "--upstream-max-requests-inflight=10",
+                "--upstream-max-requests-inflight-per-user=11",
+            ]),
+            s(&["--upstream-max-requests-inflight-per-user", "11"]),
+        ),
     ];
     assert_config_errors(&files, &cases).await;
 }

@@ -19,6 +19,7 @@ mod explain;
 mod forwarding;
 mod fuzz_corpus;
 mod hostile;
+mod hygiene;
 mod manifests;
 mod memory_bounds;
 mod neighbours;
