@@ -15,6 +15,7 @@ use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME
 use x509_parser::prelude::FromDer;
 
 use super::User;
+use super::subject_string;
 use crate::reload::Reloadable;
 
 /// DER contents of OID 1.3.6.1.4.1.57683.2, the subject attribute Kubernetes reads the user's UID
@@ -233,22 +234,21 @@ fn describe_failure(leaf_der: &[u8], reason: &dyn std::fmt::Debug) -> String {
 pub fn user_from_leaf(leaf_der: &[u8]) -> Result<Option<User>, String> {
     let (_, cert) =
         X509Certificate::from_der(leaf_der).map_err(|e| format!("parsing certificate: {e}"))?;
-    let mut name = "";
+    // As Go's pkix.Name: every value decoded (an undecodable one makes the certificate
+    // unparseable, so unusable), the last CN is the name, each O a group.
+    let mut name = String::new();
     let mut groups = Vec::new();
     let mut uids = Vec::new();
     for attr in cert.subject().iter_attributes() {
+        let value = subject_string::decode(attr.attr_value())
+            .map_err(|e| format!("client certificate subject: {e}"))?;
         let oid = attr.attr_type();
         if *oid == OID_X509_COMMON_NAME {
-            // Go keeps the last CN of the subject; non-string values are skipped as in Go.
-            if let Ok(cn) = attr.as_str() {
-                name = cn;
-            }
+            name = value;
         } else if *oid == OID_X509_ORGANIZATION_NAME {
-            if let Ok(o) = attr.as_str() {
-                groups.push(o.to_owned());
-            }
+            groups.push(value);
         } else if oid.as_bytes() == UID_OID_DER {
-            uids.push(attr.as_str());
+            uids.push(value);
         }
     }
     if name.is_empty() {
@@ -256,10 +256,8 @@ pub fn user_from_leaf(leaf_der: &[u8]) -> Result<Option<User>, String> {
     }
     let uid = match uids.as_slice() {
         [] => String::new(),
-        [Ok(uid)] if !uid.is_empty() => (*uid).to_owned(),
-        [_] => {
-            return Err("UID attribute of the client certificate is empty or not a string".into());
-        }
+        [uid] if !uid.is_empty() => uid.clone(),
+        [_] => return Err("UID attribute of the client certificate is empty".into()),
         _ => return Err("client certificate has more than one UID attribute".into()),
     };
     let digest = ring::digest::digest(&ring::digest::SHA256, leaf_der);
@@ -270,7 +268,7 @@ pub fn user_from_leaf(leaf_der: &[u8]) -> Result<Option<User>, String> {
         credential_id.push(char::from(b"0123456789abcdef"[usize::from(byte & 0xf)]));
     }
     let mut user = User {
-        name: name.to_owned(),
+        name,
         uid,
         groups,
         extra: BTreeMap::from([(CREDENTIAL_ID_EXTRA.to_owned(), vec![credential_id])]),

@@ -1,4 +1,4 @@
-//! x509 client-certificate authentication, cases X1–X12 of `docs/COMPATIBILITY.md`, and
+//! x509 client-certificate authentication, cases X1–X15 of `docs/COMPATIBILITY.md`, and
 //! anonymous access, as the kubelet sees the result: with `--forward-identity-headers` the stand-in
 //! kubelet's echo shows X-Remote-User, X-Remote-Uid, X-Remote-Group and X-Remote-Extra-*.
 
@@ -8,7 +8,10 @@ use http::StatusCode;
 
 use crate::support::client::{ForwardedIdentity, Identity, Reply, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
-use crate::support::pki::{Authority, CertSpec, Usage, Validity, sha256_hex};
+use crate::support::pki::{
+    Authority, BMP_STRING, COMMON_NAME_OID, CertSpec, OCTET_STRING, ORGANIZATION_OID, T61_STRING,
+    UTF8_STRING, Usage, Validity, sha256_hex,
+};
 
 const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 
@@ -197,6 +200,55 @@ async fn x12_system_anonymous_cn_gets_no_authenticated_group() {
     let cert = h.ca.issue(&CertSpec::client("system:anonymous"));
     let seen = call(&h, Identity::of(&cert)).await.echo().identity();
     assert_eq!(seen, identity("system:anonymous", "", &[], cert.leaf()));
+}
+
+/// BMPString "nobody", as a subject value.
+const NOBODY_BMP: &[u8] = b"\x00n\x00o\x00b\x00o\x00d\x00y";
+
+#[tokio::test]
+async fn x13_the_last_common_name_wins_whatever_its_string_type() {
+    let h = proxy().await;
+    let cert =
+        h.ca.issue(&CertSpec::client("reader").attribute(COMMON_NAME_OID, BMP_STRING, NOBODY_BMP));
+    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
+    assert_eq!(
+        seen,
+        identity("nobody", "", &["system:authenticated"], cert.leaf())
+    );
+}
+
+#[tokio::test]
+async fn x14_t61_and_bmp_organizations_are_groups_decoded_as_go_does() {
+    let h = proxy().await;
+    let cert = h.ca.issue(
+        &CertSpec::client("heidi")
+            .attribute(ORGANIZATION_OID, T61_STRING, b"Jos\xe9")
+            .attribute(ORGANIZATION_OID, BMP_STRING, NOBODY_BMP),
+    );
+    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
+    assert_eq!(
+        seen,
+        identity(
+            "heidi",
+            "",
+            &["José", "nobody", "system:authenticated"],
+            cert.leaf()
+        )
+    );
+}
+
+#[tokio::test]
+async fn x15_a_subject_value_go_cannot_read_is_401_even_with_anonymous() {
+    let h = proxy().await;
+    for (what, tag, value) in [
+        ("an OCTET STRING", OCTET_STRING, &b"nobody"[..]),
+        ("a BMPString of odd length", BMP_STRING, &b"\x00n\x00"[..]),
+        ("invalid UTF-8", UTF8_STRING, &b"\xff"[..]),
+    ] {
+        let cert =
+            h.ca.issue(&CertSpec::client("ivan").attribute(ORGANIZATION_OID, tag, value));
+        assert_unauthorized(&call(&h, Identity::of(&cert)).await, what);
+    }
 }
 
 #[tokio::test]

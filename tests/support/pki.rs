@@ -16,8 +16,18 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 /// The subject attribute Kubernetes reads a user's UID from (`AllowParsingUserUIDFromCertAuth`).
 pub const UID_OID: &[u64] = &[1, 3, 6, 1, 4, 1, 57683, 2];
-const COMMON_NAME_OID: &[u64] = &[2, 5, 4, 3];
-const ORGANIZATION_OID: &[u64] = &[2, 5, 4, 10];
+/// `CN`.
+pub const COMMON_NAME_OID: &[u64] = &[2, 5, 4, 3];
+/// `O`.
+pub const ORGANIZATION_OID: &[u64] = &[2, 5, 4, 10];
+/// ASN.1 universal tags of the string types a subject attribute may use.
+pub const UTF8_STRING: u8 = 0x0c;
+/// T61String (TeletexString): one byte a character.
+pub const T61_STRING: u8 = 0x14;
+/// BMPString: UTF-16, big-endian.
+pub const BMP_STRING: u8 = 0x1e;
+/// OCTET STRING: not a string type; Go refuses it in a subject.
+pub const OCTET_STRING: u8 = 0x04;
 
 /// The extended key usage a leaf carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +57,8 @@ pub struct CertSpec {
     common_name: Option<String>,
     organizations: Vec<String>,
     uids: Vec<String>,
+    /// Attributes after the others: OID, ASN.1 tag, raw value bytes.
+    raw: Vec<(&'static [u64], u8, Vec<u8>)>,
     usage: Usage,
     validity: Validity,
     names: Vec<String>,
@@ -59,6 +71,7 @@ impl CertSpec {
             common_name: Some(common_name.to_owned()),
             organizations: Vec::new(),
             uids: Vec::new(),
+            raw: Vec::new(),
             usage: Usage::ClientAuth,
             validity: Validity::Current,
             names: Vec::new(),
@@ -98,6 +111,12 @@ impl CertSpec {
         self
     }
 
+    /// Adds an attribute encoded as given (`tag`: the ASN.1 string type), after all the others.
+    pub fn attribute(mut self, oid: &'static [u64], tag: u8, value: &[u8]) -> CertSpec {
+        self.raw.push((oid, tag, value.to_vec()));
+        self
+    }
+
     /// Sets the extended key usage.
     pub fn usage(mut self, usage: Usage) -> CertSpec {
         self.usage = usage;
@@ -110,22 +129,32 @@ impl CertSpec {
         self
     }
 
-    /// The subject, DER-encoded, attributes in the order CN, O…, UID…, one per RDN.
+    /// The subject, DER-encoded, attributes in the order CN, O…, UID… (UTF8String), then the raw
+    /// ones, one per RDN.
     fn subject_der(&self) -> Vec<u8> {
-        let mut attributes: Vec<(&[u64], &str)> = Vec::new();
+        let mut attributes: Vec<(&[u64], u8, &[u8])> = Vec::new();
         if let Some(cn) = &self.common_name {
-            attributes.push((COMMON_NAME_OID, cn));
+            attributes.push((COMMON_NAME_OID, UTF8_STRING, cn.as_bytes()));
         }
         attributes.extend(
             self.organizations
                 .iter()
-                .map(|o| (ORGANIZATION_OID, o.as_str())),
+                .map(|o| (ORGANIZATION_OID, UTF8_STRING, o.as_bytes())),
         );
-        attributes.extend(self.uids.iter().map(|u| (UID_OID, u.as_str())));
+        attributes.extend(
+            self.uids
+                .iter()
+                .map(|u| (UID_OID, UTF8_STRING, u.as_bytes())),
+        );
+        attributes.extend(
+            self.raw
+                .iter()
+                .map(|(oid, tag, v)| (*oid, *tag, v.as_slice())),
+        );
         let mut rdns = Vec::new();
-        for (oid, value) in attributes {
+        for (oid, tag, value) in attributes {
             let mut atv = der_oid(oid);
-            atv.extend(tlv(0x0c, value.as_bytes()));
+            atv.extend(tlv(tag, value));
             rdns.extend(tlv(0x31, &tlv(0x30, &atv)));
         }
         tlv(0x30, &rdns)
