@@ -11,6 +11,7 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderValue, Uri};
@@ -23,6 +24,8 @@ use tokio::sync::{mpsc, watch};
 use crate::authn::User;
 use crate::authz::{API_VERSION, RESOURCE, Reason};
 
+pub mod refusals;
+
 /// Events waiting for the writer. Beyond this the writer is far behind and events are dropped
 /// (and counted) rather than slowing requests or growing memory without bound.
 const QUEUE_CAPACITY: usize = 8192;
@@ -34,6 +37,10 @@ const MEGABYTE: u64 = 1024 * 1024;
 /// kube-apiserver truncates longer User-Agent values to this many bytes and marks them.
 const MAX_USER_AGENT: usize = 1024;
 const USER_AGENT_TRUNCATED: &str = "...TRUNCATED";
+/// The mark of a shortened `requestURI`, the same as a shortened User-Agent's.
+const TRUNCATED: &str = USER_AGENT_TRUNCATED;
+/// What truncating a `requestURI` adds besides the mark: the annotation and its key.
+const TRUNCATION_OVERHEAD: usize = r#""audit.k8s.io/truncated":"true","annotations":{},"#.len();
 /// At most one log line per this interval about lost events, however many are lost.
 const LOSS_REPORT_INTERVAL: Duration = Duration::from_secs(10);
 /// Mode of a new audit log file: it names every caller, so only its owner reads it.
@@ -163,37 +170,94 @@ pub struct AuditEvent {
 
 impl Serialize for AuditEvent {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        EventJson {
+            event: self,
+            uri_limit: None,
+        }
+        .serialize(serializer)
+    }
+}
+
+/// An event as written: with `uri_limit`, a longer `requestURI` is cut to that many bytes (on a
+/// character boundary), marked `...TRUNCATED`, and the event annotated `audit.k8s.io/truncated`,
+/// as kube-apiserver's truncating backend marks the events it shortens.
+struct EventJson<'a> {
+    event: &'a AuditEvent,
+    uri_limit: Option<usize>,
+}
+
+impl Serialize for EventJson<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let this = self.event;
         let mut event = serializer.serialize_struct("Event", 15)?;
         event.serialize_field("kind", "Event")?;
         event.serialize_field("apiVersion", "audit.k8s.io/v1")?;
         event.serialize_field("level", "Metadata")?;
-        event.serialize_field("auditID", &self.id)?;
-        event.serialize_field("stage", self.stage.as_str())?;
-        let uri = self
+        event.serialize_field("auditID", &this.id)?;
+        event.serialize_field("stage", this.stage.as_str())?;
+        let uri = this
             .request_uri
             .path_and_query()
             .map_or("", |pq| pq.as_str());
-        event.serialize_field("requestURI", uri)?;
-        event.serialize_field("verb", self.verb)?;
-        event.serialize_field("user", &UserInfo(self.user.as_deref()))?;
+        let truncated = self.uri_limit.filter(|limit| uri.len() > *limit);
+        match truncated {
+            Some(limit) => {
+                let mut cut = limit;
+                while !uri.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                let mut shortened = String::with_capacity(cut + TRUNCATED.len());
+                shortened.push_str(&uri[..cut]);
+                shortened.push_str(TRUNCATED);
+                event.serialize_field("requestURI", &shortened)?;
+            }
+            None => event.serialize_field("requestURI", uri)?,
+        }
+        event.serialize_field("verb", this.verb)?;
+        event.serialize_field("user", &UserInfo(this.user.as_deref()))?;
         // Go prints an IPv4-mapped IPv6 address in its IPv4 form.
-        event.serialize_field("sourceIPs", &[self.source_ip.to_canonical()])?;
-        if let Some(agent) = self.user_agent.as_ref().filter(|ua| !ua.is_empty()) {
+        event.serialize_field("sourceIPs", &[this.source_ip.to_canonical()])?;
+        if let Some(agent) = this.user_agent.as_ref().filter(|ua| !ua.is_empty()) {
             event.serialize_field("userAgent", &UserAgent(agent))?;
         }
-        if let Some(object) = &self.object_ref {
+        if let Some(object) = &this.object_ref {
             event.serialize_field("objectRef", object)?;
         }
-        event.serialize_field("responseStatus", &ResponseStatus(self.response_code))?;
+        event.serialize_field("responseStatus", &ResponseStatus(this.response_code))?;
         event.serialize_field(
             "requestReceivedTimestamp",
-            &MicroTime(self.request_received),
+            &MicroTime(this.request_received),
         )?;
-        event.serialize_field("stageTimestamp", &MicroTime(self.stage_timestamp))?;
-        if let Some(authorization) = &self.authorization {
-            event.serialize_field("annotations", authorization)?;
+        event.serialize_field("stageTimestamp", &MicroTime(this.stage_timestamp))?;
+        if this.authorization.is_some() || truncated.is_some() {
+            event.serialize_field(
+                "annotations",
+                &Annotations {
+                    truncated: truncated.is_some(),
+                    authorization: this.authorization.as_ref(),
+                },
+            )?;
         }
         event.end()
+    }
+}
+
+/// The event's annotations, keys in Go's (sorted) order: `audit.k8s.io/truncated` first.
+struct Annotations<'a> {
+    truncated: bool,
+    authorization: Option<&'a Authorization>,
+}
+
+impl Serialize for Annotations<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        if self.truncated {
+            map.serialize_entry("audit.k8s.io/truncated", "true")?;
+        }
+        if let Some(authorization) = self.authorization {
+            authorization.entries(&mut map)?;
+        }
+        map.end()
     }
 }
 
@@ -277,24 +341,22 @@ impl Serialize for EmptyObject {
     }
 }
 
-impl Serialize for Authorization {
-    /// The annotations map, keys in Go's (sorted) order.
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+impl Authorization {
+    /// The authorization annotations, keys in Go's (sorted) order.
+    fn entries<M: serde::ser::SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
         const DECISION: &str = "authorization.k8s.io/decision";
         const REASON: &str = "authorization.k8s.io/reason";
-        let mut map = serializer.serialize_map(None)?;
         match self {
             Authorization::Allow(reason) => {
                 map.serialize_entry(DECISION, "allow")?;
-                map.serialize_entry(REASON, reason_text(reason))?;
+                map.serialize_entry(REASON, reason_text(reason))
             }
             Authorization::Forbid(reason) => {
                 map.serialize_entry(DECISION, "forbid")?;
-                map.serialize_entry(REASON, reason_text(reason))?;
+                map.serialize_entry(REASON, reason_text(reason))
             }
-            Authorization::Error => map.serialize_entry(REASON, "internal error")?,
+            Authorization::Error => map.serialize_entry(REASON, "internal error"),
         }
-        map.end()
     }
 }
 
@@ -426,9 +488,55 @@ impl serde_json::ser::Formatter for GoJsonFormatter {
 
 /// Appends one event as a JSON line.
 fn encode_line(event: &AuditEvent, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    encode_json(
+        &EventJson {
+            event,
+            uri_limit: None,
+        },
+        out,
+    )
+}
+
+fn encode_json(event: &EventJson<'_>, out: &mut Vec<u8>) -> serde_json::Result<()> {
     let mut serializer = serde_json::Serializer::with_formatter(&mut *out, GoJsonFormatter);
     event.serialize(&mut serializer)?;
     out.push(b'\n');
+    Ok(())
+}
+
+/// Writes `event` into `out` (cleared first) as one line of at most `max_bytes`: when the whole
+/// event is longer, its `requestURI` is shortened and the event annotated, as kube-apiserver's
+/// `--audit-log-truncate-max-event-size` does with request bodies. An event still too long (a
+/// user with thousands of groups) is an error: it is dropped and counted, as kube-apiserver does.
+fn encode_bounded(event: &AuditEvent, max_bytes: usize, out: &mut Vec<u8>) -> io::Result<()> {
+    out.clear();
+    encode_line(event, out).map_err(io::Error::other)?;
+    if out.len() <= max_bytes {
+        return Ok(());
+    }
+    let uri_len = event
+        .request_uri
+        .path_and_query()
+        .map_or(0, |pq| pq.as_str().len());
+    let excess = out.len() - max_bytes + TRUNCATED.len() + TRUNCATION_OVERHEAD;
+    out.clear();
+    encode_json(
+        &EventJson {
+            event,
+            uri_limit: Some(uri_len.saturating_sub(excess)),
+        },
+        out,
+    )
+    .map_err(io::Error::other)?;
+    if out.len() > max_bytes {
+        return Err(io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!(
+                "an event of {} bytes exceeds --audit-log-truncate-max-event-size even with its requestURI cut",
+                out.len()
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -467,6 +575,15 @@ pub struct Rotation {
     pub max_backups: u32,
 }
 
+/// How the audit log is written: rotation, and the largest event (`None`: no bound).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AuditOptions {
+    /// When the file is rotated and how many backups are kept.
+    pub rotation: Rotation,
+    /// `--audit-log-truncate-max-event-size` when `--audit-log-truncate-enabled`.
+    pub max_event_size: Option<usize>,
+}
+
 /// A message to the writer thread.
 #[derive(Debug)]
 #[expect(
@@ -490,6 +607,8 @@ enum Message {
 pub struct AuditLog {
     queue: mpsc::Sender<Message>,
     dropped: Counter,
+    /// False since the last write (or open, or rotation) failed, true again after one succeeds.
+    healthy: Arc<AtomicBool>,
     /// Never sent on: the writer thread drops its sender when it ends, which wakes `close`.
     writer_done: watch::Receiver<()>,
 }
@@ -497,23 +616,35 @@ pub struct AuditLog {
 impl AuditLog {
     /// Opens the target and starts the writer thread. A file is opened (and created) now, so a bad
     /// `--audit-log-path` fails at start-up; excess backups are removed at once.
-    pub fn open(target: AuditTarget, rotation: Rotation, dropped: Counter) -> io::Result<AuditLog> {
+    pub fn open(
+        target: AuditTarget,
+        options: AuditOptions,
+        dropped: Counter,
+    ) -> io::Result<AuditLog> {
         let sink = match target {
             AuditTarget::Stdout => Sink::Stream(Box::new(io::stdout())),
-            AuditTarget::File(path) => Sink::File(RotatingFile::open(path, rotation)?),
+            AuditTarget::File(path) => Sink::File(RotatingFile::open(path, options.rotation)?),
         };
-        AuditLog::start(sink, QUEUE_CAPACITY, dropped)
+        AuditLog::start(sink, QUEUE_CAPACITY, options.max_event_size, dropped)
     }
 
-    fn start(sink: Sink, capacity: usize, dropped: Counter) -> io::Result<AuditLog> {
+    fn start(
+        sink: Sink,
+        capacity: usize,
+        max_event_size: Option<usize>,
+        dropped: Counter,
+    ) -> io::Result<AuditLog> {
         let (queue, receiver) = mpsc::channel(capacity);
         let (done, writer_done) = watch::channel(());
+        let healthy = Arc::new(AtomicBool::new(true));
         let writer = Writer {
             sink,
             line: Vec::with_capacity(1024),
+            max_event_size,
             batch: Batch {
                 bytes: Vec::with_capacity(BATCH_BYTES),
                 events: 0,
+                healthy: Arc::clone(&healthy),
             },
             losses: Losses::new(dropped.clone()),
         };
@@ -528,8 +659,16 @@ impl AuditLog {
         Ok(AuditLog {
             queue,
             dropped,
+            healthy,
             writer_done,
         })
+    }
+
+    /// Whether an event recorded now would be written: the queue has room and the last write
+    /// succeeded. What exec, attach and portForward check first when they must be audited
+    /// (`--audit-log-require-for-streams`).
+    pub fn is_writable(&self) -> bool {
+        self.healthy.load(Ordering::Acquire) && self.queue.capacity() > 0
     }
 
     /// Queues one event. Never blocks and never fails the request: when the queue is full (or the
@@ -570,6 +709,8 @@ struct Writer {
     sink: Sink,
     /// The event being encoded; reused.
     line: Vec<u8>,
+    /// The longest line written; a longer event has its `requestURI` cut.
+    max_event_size: Option<usize>,
     /// Whole lines not yet written; all belong to the current file.
     batch: Batch,
     losses: Losses,
@@ -608,13 +749,25 @@ impl Writer {
         self.line.clear();
         // An unusually large event must not pin its buffer for the life of the process.
         self.line.shrink_to(BATCH_BYTES);
-        let encoded = encode_line(event, &mut self.line).map_err(io::Error::other);
-        match encoded.and_then(|()| self.make_room(self.line.len() as u64)) {
+        let encoded = match self.max_event_size {
+            Some(max) => encode_bounded(event, max, &mut self.line),
+            None => encode_line(event, &mut self.line).map_err(io::Error::other),
+        };
+        if let Err(error) = encoded {
+            self.losses.lose(1, error);
+            return;
+        }
+        match self.make_room(self.line.len() as u64) {
             Ok(()) => {
                 self.batch.bytes.extend_from_slice(&self.line);
                 self.batch.events += 1;
             }
-            Err(error) => self.losses.lose(1, error),
+            Err(error) => {
+                if error.kind() != io::ErrorKind::FileTooLarge {
+                    self.batch.healthy.store(false, Ordering::Release);
+                }
+                self.losses.lose(1, error);
+            }
         }
     }
 
@@ -661,6 +814,8 @@ struct Batch {
     bytes: Vec<u8>,
     /// How many events `bytes` holds, to count them if the write fails.
     events: u64,
+    /// Shared with [`AuditLog::is_writable`]: the outcome of the last write.
+    healthy: Arc<AtomicBool>,
 }
 
 impl Batch {
@@ -669,7 +824,9 @@ impl Batch {
         if self.bytes.is_empty() {
             return;
         }
-        if let Err(error) = write(&self.bytes) {
+        let written = write(&self.bytes);
+        self.healthy.store(written.is_ok(), Ordering::Release);
+        if let Err(error) = written {
             losses.lose(self.events, error);
         }
         self.bytes.clear();
@@ -947,6 +1104,13 @@ mod tests {
     const WAIT: Duration = Duration::from_secs(10);
 
     /// A fresh, empty directory for one test.
+    fn rotating(rotation: Rotation) -> AuditOptions {
+        AuditOptions {
+            rotation,
+            max_event_size: None,
+        }
+    }
+
     fn temp_dir(test: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
             "kubelet-auth-proxy-audit-{}-{test}",
@@ -1226,6 +1390,49 @@ mod tests {
     }
 
     #[test]
+    fn a_long_request_uri_is_cut_to_the_event_bound_and_annotated() {
+        let short = sample("/pods?x=1");
+        let mut out = Vec::new();
+        encode_bounded(&short, 4096, &mut out).unwrap();
+        assert_eq!(out, line(&short).into_bytes(), "short events are untouched");
+
+        let mut long = sample(&format!("/pods?q={}é", "a".repeat(9000)));
+        long.authorization = Some(Authorization::Allow(Reason::Static("allowed")));
+        encode_bounded(&long, 4096, &mut out).unwrap();
+        assert!(out.len() <= 4096, "{} bytes", out.len());
+        let event: Value = serde_json::from_slice(&out).unwrap();
+        let uri = event["requestURI"].as_str().unwrap();
+        assert!(
+            uri.starts_with("/pods?q=aaa") && uri.ends_with("...TRUNCATED"),
+            "{uri}"
+        );
+        let annotations: Vec<&String> = event["annotations"].as_object().unwrap().keys().collect();
+        assert_eq!(
+            annotations,
+            [
+                "audit.k8s.io/truncated",
+                "authorization.k8s.io/decision",
+                "authorization.k8s.io/reason"
+            ]
+        );
+        assert_eq!(event["annotations"]["audit.k8s.io/truncated"], "true");
+
+        let huge_user = AuditEvent {
+            user: Some(Arc::new(User {
+                name: "u".repeat(8192),
+                ..User::default()
+            })),
+            ..sample("/pods")
+        };
+        let error = encode_bounded(&huge_user, 4096, &mut out).unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("--audit-log-truncate-max-event-size")
+        );
+    }
+
+    #[test]
     fn user_agent_is_truncated_and_made_valid_utf8_like_kube_apiserver() {
         let with_agent = |agent: HeaderValue| {
             let event = AuditEvent {
@@ -1370,7 +1577,7 @@ mod tests {
         let path = dir.join("audit.log");
         let log = AuditLog::open(
             AuditTarget::File(path.clone()),
-            Rotation::default(),
+            AuditOptions::default(),
             Counter::default(),
         )
         .unwrap();
@@ -1383,7 +1590,7 @@ mod tests {
 
         let log = AuditLog::open(
             AuditTarget::File(path.clone()),
-            Rotation::default(),
+            AuditOptions::default(),
             Counter::default(),
         )
         .unwrap();
@@ -1393,7 +1600,7 @@ mod tests {
 
         let missing_dir = AuditLog::open(
             AuditTarget::File(dir.join("no-such-dir/audit.log")),
-            Rotation::default(),
+            AuditOptions::default(),
             Counter::default(),
         );
         assert!(missing_dir.is_err());
@@ -1409,8 +1616,12 @@ mod tests {
             max_size_mb: 1,
             max_backups: 2,
         };
-        let log =
-            AuditLog::open(AuditTarget::File(path.clone()), rotation, dropped.clone()).unwrap();
+        let log = AuditLog::open(
+            AuditTarget::File(path.clone()),
+            rotating(rotation),
+            dropped.clone(),
+        )
+        .unwrap();
         // A mode no umask narrows: the new file after a rotation must carry the old file's mode.
         fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
 
@@ -1490,7 +1701,7 @@ mod tests {
         };
         let log = AuditLog::open(
             AuditTarget::File(path.clone()),
-            keep_all,
+            rotating(keep_all),
             Counter::default(),
         )
         .unwrap();
@@ -1503,7 +1714,7 @@ mod tests {
         };
         let log = AuditLog::open(
             AuditTarget::File(path.clone()),
-            keep_two,
+            rotating(keep_two),
             Counter::default(),
         )
         .unwrap();
@@ -1524,8 +1735,12 @@ mod tests {
             max_size_mb: 1,
             max_backups: 0,
         };
-        let log =
-            AuditLog::open(AuditTarget::File(path.clone()), rotation, dropped.clone()).unwrap();
+        let log = AuditLog::open(
+            AuditTarget::File(path.clone()),
+            rotating(rotation),
+            dropped.clone(),
+        )
+        .unwrap();
         let huge = User {
             name: "u".repeat(MEGABYTE as usize + 1),
             ..User::default()
@@ -1595,7 +1810,8 @@ mod tests {
             gate,
         };
         let dropped = Counter::default();
-        let log = AuditLog::start(Sink::Stream(Box::new(writer)), 1, dropped.clone()).unwrap();
+        let log =
+            AuditLog::start(Sink::Stream(Box::new(writer)), 1, None, dropped.clone()).unwrap();
 
         log.record(sample("/0"));
         // The writer now holds event 0 in a blocked write, and the queue is empty.
@@ -1626,8 +1842,13 @@ mod tests {
     #[tokio::test]
     async fn failed_writes_are_counted_and_never_reach_the_caller() {
         let dropped = Counter::default();
-        let log =
-            AuditLog::start(Sink::Stream(Box::new(FailingWriter)), 16, dropped.clone()).unwrap();
+        let log = AuditLog::start(
+            Sink::Stream(Box::new(FailingWriter)),
+            16,
+            None,
+            dropped.clone(),
+        )
+        .unwrap();
         for n in 0..5 {
             log.record(sample(&format!("/{n}")));
         }
@@ -1642,7 +1863,7 @@ mod tests {
         let dropped = Counter::default();
         let log = AuditLog::open(
             AuditTarget::File(path.clone()),
-            Rotation::default(),
+            AuditOptions::default(),
             dropped.clone(),
         )
         .unwrap();
@@ -1668,6 +1889,7 @@ mod tests {
         let log = AuditLog::start(
             Sink::Stream(Box::new(out.clone())),
             QUEUE_CAPACITY,
+            None,
             Counter::default(),
         )
         .unwrap();

@@ -29,6 +29,8 @@ pub enum Outcome {
     UpstreamError,
     /// 429 or 503: authorized, but no place among the requests in flight to the kubelet.
     Throttled,
+    /// 503: an exec, attach or portForward refused because its audit event cannot be written.
+    AuditUnavailable,
 }
 
 impl Outcome {
@@ -43,6 +45,7 @@ impl Outcome {
             Outcome::BadRequest => "bad_request",
             Outcome::UpstreamError => "upstream_error",
             Outcome::Throttled => "throttled",
+            Outcome::AuditUnavailable => "audit_unavailable",
         }
     }
 }
@@ -191,6 +194,7 @@ pub struct Metrics {
     cache_lookups: Family<CacheLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     audit_dropped: Counter,
+    audit_suppressed: Counter,
 }
 
 impl Default for Metrics {
@@ -295,6 +299,12 @@ impl Metrics {
             "Audit events not written: the writer fell behind (queue full) or writing failed",
             audit_dropped.clone(),
         );
+        let audit_suppressed = Counter::default();
+        registry.register(
+            "audit_events_suppressed",
+            "Audit events of requests refused before authentication not written: beyond 20 a second",
+            audit_suppressed.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -312,6 +322,7 @@ impl Metrics {
             cache_lookups,
             reloads,
             audit_dropped,
+            audit_suppressed,
         }
     }
 
@@ -371,6 +382,11 @@ impl Metrics {
     /// The counter of dropped audit events, handed to the audit log.
     pub fn audit_dropped(&self) -> Counter {
         self.audit_dropped.clone()
+    }
+
+    /// The counter of suppressed audit events of refused, unauthenticated requests.
+    pub fn audit_suppressed(&self) -> Counter {
+        self.audit_suppressed.clone()
     }
 
     /// The open-connections gauge: every client connection, upgraded sessions included, counted

@@ -31,6 +31,7 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use crate::admin;
+use crate::audit::refusals::RefusalSampler;
 use crate::audit::{
     AuditEvent, AuditId, AuditLog, Authorization as AuditAuthorization, ObjectRef, Stage,
 };
@@ -42,7 +43,7 @@ use crate::canonical_path::{PathCheck, check_path};
 use crate::config::Config;
 use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended, Tracked};
 use crate::metrics::{Metrics, Outcome, RequestLabels};
-use crate::proxy::{Busy, ForwardError, Forwarder, StreamEnded};
+use crate::proxy::{Busy, ForwardError, Forwarder, StreamEnded, headers};
 use crate::reload::Reloadable;
 use crate::responses::{self, ResponseBody};
 
@@ -56,6 +57,10 @@ struct Pipeline {
     forwarder: Forwarder,
     metrics: Arc<Metrics>,
     audit: Option<AuditLog>,
+    /// Admits the audit events of requests refused before authentication at a bounded rate.
+    audit_refusals: RefusalSampler,
+    /// Refuse exec, attach and portForward while their audit event cannot be written.
+    audit_require_for_streams: bool,
     /// Turns true when the shutdown grace period is over: connections and streams still open
     /// are then closed.
     force_close: watch::Sender<bool>,
@@ -147,6 +152,8 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
         forwarder: config.forwarder,
         metrics,
         audit: config.audit.clone(),
+        audit_refusals: RefusalSampler::new(config.metrics.audit_suppressed()),
+        audit_require_for_streams: config.audit_require_for_streams,
         force_close: watch::channel(false).0,
     });
     info!(%addr, %admin_addr, "serving the kubelet API");
@@ -511,6 +518,9 @@ impl Pipeline {
             stage_timestamp: SystemTime::now(),
             authorization: handled.authorization.take(),
         };
+        if event.user.is_none() && !self.audit_refusals.admit() {
+            return;
+        }
         if let Some(stream) = stream {
             let (audit, mut complete) = (audit.clone(), event.clone());
             tokio::spawn(async move {
@@ -603,6 +613,24 @@ impl Pipeline {
         // The decoded path borrows the request, which is handed on next.
         drop(decoded);
 
+        if self.audit_require_for_streams
+            && let Some(audit) = &self.audit
+            && headers::is_upgrade_request(req.version(), req.headers())
+            && headers::may_upgrade(req.uri().path(), req.headers())
+            && !audit.is_writable()
+        {
+            warn!(%peer, user = %user.name, "refusing a stream: its audit event cannot be written");
+            return Handled {
+                response: responses::service_unavailable(
+                    "the audit log cannot be written (--audit-log-require-for-streams)",
+                ),
+                outcome: Outcome::AuditUnavailable,
+                subresource,
+                verb: attrs.verb,
+                user: Some(user),
+                authorization: Some(AuditAuthorization::Allow(reason)),
+            };
+        }
         let (response, outcome) = match self.forwarder.forward(req, &user).await {
             Ok(response) => (response.map(Either::Left), Outcome::Allowed),
             Err(e @ ForwardError::CallerBody(_)) => {

@@ -225,23 +225,41 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "FILE", help_heading = "Operations")]
     pub audit_log_path: Option<PathBuf>,
 
-    /// Rotate the audit log when it reaches this many megabytes; 0 never rotates.
+    /// Rotate the audit log when it reaches this many megabytes; 0 never rotates (warned about:
+    /// the log can then fill its disk).
     #[arg(
         long,
         value_name = "MB",
-        default_value_t = 0,
+        default_value_t = 100,
         help_heading = "Operations"
     )]
     pub audit_log_maxsize: u64,
 
-    /// Keep at most this many rotated audit log files; 0 keeps them all.
+    /// Keep at most this many rotated audit log files; 0 keeps them all. With the default size,
+    /// the audit log takes at most 500 MB.
     #[arg(
         long,
         value_name = "N",
-        default_value_t = 0,
+        default_value_t = 4,
         help_heading = "Operations"
     )]
     pub audit_log_maxbackup: u32,
+
+    /// Bound the size of each audit event: a longer requestURI is cut and the event annotated
+    /// audit.k8s.io/truncated, as kube-apiserver's truncating backend does.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Operations")]
+    pub audit_log_truncate_enabled: bool,
+
+    /// Largest audit event written, in bytes, when --audit-log-truncate-enabled.
+    #[arg(long, value_name = "BYTES", default_value_t = 16384, value_parser = clap::value_parser!(u64).range(4096..=104_857_600), help_heading = "Operations")]
+    pub audit_log_truncate_max_event_size: u64,
+
+    /// Refuse exec, attach and portForward (503) while their audit event cannot be written (the
+    /// writer's last write failed or its queue is full), instead of serving them unaudited.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Operations")]
+    pub audit_log_require_for_streams: bool,
 
     /// The proxy's configuration file (kind ProxyConfiguration): every flag as a camelCase field.
     /// Flags given on the command line override it.

@@ -16,7 +16,7 @@ use http::uri::{Authority, Uri};
 use rustls::pki_types::ServerName;
 
 use crate::apiserver::ApiServerClient;
-use crate::audit::{AuditLog, AuditTarget, Rotation};
+use crate::audit::{AuditLog, AuditOptions, AuditTarget, Rotation};
 use crate::authn::Authenticator;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::{ClientCa, X509Authenticator};
@@ -104,6 +104,8 @@ pub struct Config {
     pub reload_targets: Vec<Arc<dyn ReloadTarget>>,
     /// Where audit events go, if anywhere.
     pub audit: Option<AuditLog>,
+    /// Refuse exec, attach and portForward while their audit event cannot be written.
+    pub audit_require_for_streams: bool,
 }
 
 impl Config {
@@ -222,6 +224,7 @@ impl Config {
             max_connections,
             shutdown_grace_period: flags.shutdown_grace_period,
             audit: audit_log(flags, &metrics)?,
+            audit_require_for_streams: flags.audit_log_require_for_streams,
             metrics,
             reload_targets,
         })
@@ -233,11 +236,28 @@ fn audit_log(flags: &ProxyFlags, metrics: &Metrics) -> Result<Option<AuditLog>, 
     let Some(path) = &flags.audit_log_path else {
         return Ok(None);
     };
+    let target = AuditTarget::from_flag(path.clone());
+    if matches!(target, AuditTarget::File(_)) {
+        if flags.audit_log_maxsize == 0 {
+            tracing::warn!(
+                "--audit-log-maxsize=0: the audit log is never rotated and can fill its disk"
+            );
+        } else if flags.audit_log_maxbackup == 0 {
+            tracing::warn!(
+                "--audit-log-maxbackup=0: every rotated audit log is kept; together they can fill their disk"
+            );
+        }
+    }
     AuditLog::open(
-        AuditTarget::from_flag(path.clone()),
-        Rotation {
-            max_size_mb: flags.audit_log_maxsize,
-            max_backups: flags.audit_log_maxbackup,
+        target,
+        AuditOptions {
+            rotation: Rotation {
+                max_size_mb: flags.audit_log_maxsize,
+                max_backups: flags.audit_log_maxbackup,
+            },
+            max_event_size: flags
+                .audit_log_truncate_enabled
+                .then_some(flags.audit_log_truncate_max_event_size as usize),
         },
         metrics.audit_dropped(),
     )

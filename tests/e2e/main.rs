@@ -10,6 +10,7 @@ mod test_data;
 
 mod admin;
 mod audit;
+mod audit_bounds;
 mod authorization;
 mod cli;
 mod config_files;
