@@ -12,10 +12,8 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body::{Body, Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, watch};
 use tokio::time::Instant;
 
@@ -58,7 +56,7 @@ impl Activity {
     }
 
     /// Counts a request as in flight until the returned guard is dropped (with the response body,
-    /// see [`Tracked`]).
+    /// see [`crate::held_body::Holding`]).
     pub fn begin(&self) -> InFlight {
         self.0.send_modify(|state| {
             state.in_flight += 1;
@@ -106,48 +104,6 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that keeps its request in flight until the body is finished or dropped, so a
-/// long download or log stream is never taken for an idle connection.
-#[derive(Debug)]
-pub struct Tracked<B> {
-    inner: B,
-    in_flight: Option<InFlight>,
-}
-
-impl<B> Tracked<B> {
-    /// `inner`, holding `in_flight` until it ends.
-    pub fn new(inner: B, in_flight: InFlight) -> Tracked<B> {
-        Tracked {
-            inner,
-            in_flight: Some(in_flight),
-        }
-    }
-}
-
-impl<B: Body + Unpin> Body for Tracked<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            self.in_flight = None;
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
 /// A client connection's place under `--max-connections`, held for the connection's whole life,
 /// upgraded sessions included: the connection gauge counts it until it is dropped.
 #[derive(Debug)]
@@ -180,14 +136,14 @@ pub enum Ended<T> {
     /// completed).
     Finished(T),
     /// The connection missed a deadline and was closed (gracefully, or dropped after
-    /// [`CLOSE_GRACE`]).
+    /// one second).
     TimedOut,
     /// The shutdown grace period is over and the connection was dropped.
     ForceClosed,
 }
 
 /// Serves `conn` under `deadlines`: a missed deadline starts a graceful close (`close_gracefully`:
-/// stop taking requests, let in-flight ones finish), and a connection still open [`CLOSE_GRACE`]
+/// stop taking requests, let in-flight ones finish), and a connection still open a second
 /// later with nothing in flight is dropped. `shutdown` turning true closes it gracefully too;
 /// `force_close` turning true drops it at once.
 pub async fn drive<C: Future>(
@@ -254,6 +210,7 @@ mod tests {
     };
 
     use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Poll};
 
     /// A connection that never finishes on its own; `closed` records being told to close.
     struct Stalled {

@@ -2,6 +2,8 @@
 //!
 //! A request flows through the modules in this order (see [`server`] for the pipeline itself):
 //!
+//! - [`connection`]: each client connection's deadlines (first request, idle) and its place under
+//!   `--max-connections`; [`descriptors`]: the open-file budget those places fit in.
 //! - [`tls`]: rustls serving config; client certificates are requested, never required, and only
 //!   the handshake signature is checked there.
 //! - [`canonical_path`]: the path gate before anything else: redirect or refuse unclean paths, so
@@ -13,12 +15,15 @@
 //!   [`authz::rbac`] matching, [`authz::webhook`] with SubjectAccessReview) and the kubelet's loop
 //!   over the list.
 //! - [`apiserver`]: TokenReview and SubjectAccessReview calls with the kubelet's retries;
-//!   [`cache`]: the bounded caches in front of them, which coalesce concurrent misses.
+//!   [`cache`]: the bounded caches in front of them, which coalesce concurrent misses; the calls
+//!   in flight are bounded per kind.
 //! - [`responses`]: the one place refusals become HTTP responses, with the kubelet's bodies.
-//! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades.
+//! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades (exec, attach and
+//!   portForward only), and the bound on requests in flight to it, in all and per user.
 //! - [`reload`]: certificates, the client CA and policies swapped in when their files change.
 //! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener.
-//! - [`audit`]: one `audit.k8s.io/v1` event per request, written off the request path.
+//! - [`audit`]: one `audit.k8s.io/v1` event per request, written off the request path, each
+//!   bounded in size; refusals before authentication sampled ([`audit::refusals`]).
 //! - [`systemd`]: readiness and stopping notifications for `Type=notify` units.
 //! - [`config`]: flags and configuration files → validated, loaded [`config::Config`];
 //!   [`demo`]: the self-contained tour; [`explain`]: one request's decision, step by step, for
@@ -37,6 +42,7 @@ pub mod connection;
 pub mod demo;
 pub mod descriptors;
 pub mod explain;
+pub mod held_body;
 pub mod metrics;
 pub mod proxy;
 pub mod reload;

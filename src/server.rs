@@ -41,7 +41,8 @@ use crate::authz::attributes::{AttributeMapping, kubelet_attributes, verb_for_me
 use crate::authz::{AuthorizerChain, RequestDecision, authorize_request};
 use crate::canonical_path::{PathCheck, check_path};
 use crate::config::Config;
-use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended, Tracked};
+use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended};
+use crate::held_body::Holding;
 use crate::metrics::{Metrics, Outcome, RequestLabels};
 use crate::proxy::{Busy, ForwardError, Forwarder, StreamEnded, headers};
 use crate::reload::Reloadable;
@@ -354,7 +355,7 @@ async fn serve_connection(
                         drop(slot);
                     });
                 }
-                Ok::<_, Infallible>(response.map(|body| Tracked::new(body, in_flight)))
+                Ok::<_, Infallible>(response.map(|body| Holding::new(body, Some(in_flight))))
             })
         })
     };

@@ -9,6 +9,21 @@ use serde::de::DeserializeOwned;
 /// The kubelet attribute, RBAC rule and binding subject vectors (see the file's `about`).
 pub(crate) const KUBELET_VECTORS: &str = "kubelet-vectors.json";
 
+/// One `kubeletAttributes` case of [`KUBELET_VECTORS`]: what the kubelet derives for a request.
+#[derive(Debug, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct AttributeCase {
+    pub(crate) method: String,
+    pub(crate) path: String,
+    /// The `KubeletFineGrainedAuthz` gate.
+    pub(crate) fine_grained_authz: bool,
+    /// The `--standalone-statusz-flagz` table.
+    pub(crate) standalone_statusz_flagz: bool,
+    pub(crate) verb: String,
+    /// Tried in order.
+    pub(crate) subresources: Vec<String>,
+}
+
 /// The `cases` of `group` in `tests/data/<file>`, each deserialized as `T`.
 ///
 /// Panics naming the file (and the case) when it cannot be read or a case does not parse; a group

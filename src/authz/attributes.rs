@@ -316,7 +316,7 @@ pub fn kubelet_attributes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_data::{KUBELET_VECTORS, cases};
+    use crate::test_data::{AttributeCase, KUBELET_VECTORS, cases};
     use serde::Deserialize;
 
     /// Every subresource a vector asks about is in its mapping's list, together the lists are
@@ -356,18 +356,6 @@ mod tests {
             standalone_statusz_flagz,
             exec_requires_create: false,
         }
-    }
-
-    /// One `kubeletAttributes` case of `tests/data/kubelet-vectors.json`, as written there.
-    #[derive(Debug, Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct AttributeCase {
-        method: String,
-        path: String,
-        fine_grained_authz: bool,
-        standalone_statusz_flagz: bool,
-        verb: String,
-        subresources: Vec<String>,
     }
 
     /// An [`AttributeCase`] ready to run: the method parsed, the gate and table as a mapping.

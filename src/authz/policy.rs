@@ -810,7 +810,7 @@ fn go_quote(s: &str) -> String {
 mod tests {
     use super::*;
     use crate::authn::User;
-    use crate::test_data::{KUBELET_VECTORS, cases};
+    use crate::test_data::{AttributeCase, KUBELET_VECTORS, cases};
 
     /// A ClusterRole granting `get` on `nodes/metrics` and `nodes/stats` (the grant the kubelet
     /// docs give metrics scrapers).
@@ -870,18 +870,6 @@ rules:
             Decision::Allow(reason) => reason.to_string(),
             other => panic!("expected Allow, got {other:?}"),
         }
-    }
-
-    /// The `kubeletAttributes` fields this module's tests need.
-    #[derive(serde::Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct AttributeCase {
-        method: String,
-        path: String,
-        fine_grained_authz: bool,
-        standalone_statusz_flagz: bool,
-        verb: String,
-        subresources: Vec<String>,
     }
 
     /// The verb and subresources the kubelet derives for `method path` (fine-grained gate on when

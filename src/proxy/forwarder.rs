@@ -130,7 +130,8 @@ impl Forwarder {
     ///
     /// `CONNECT` and non-path request targets are refused: the client would rewrite them, and
     /// the path we forward must be the one we authorized. A request with no place among those in
-    /// flight (see [`super::limits`]) is not sent: [`ForwardError::Busy`].
+    /// flight (`--upstream-max-requests-inflight`, per user and in all) is not sent:
+    /// [`ForwardError::Busy`].
     pub async fn forward(
         &self,
         mut req: Request<Incoming>,

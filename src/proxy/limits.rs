@@ -14,14 +14,13 @@
 //! connection is.
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use http_body::{Body, Frame, SizeHint};
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::held_body::Holding;
 
 /// Why a request was not sent to the kubelet for want of a place. `Display` names the flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -146,42 +145,7 @@ impl Drop for Lease {
 
 /// The kubelet's response body, holding its request's [`Lease`] until it ends or is dropped (an
 /// upgraded session's lease is held by the splice instead, and its body holds none).
-#[derive(Debug)]
-pub struct Leased<B> {
-    inner: B,
-    lease: Option<Lease>,
-}
-
-impl<B> Leased<B> {
-    /// `inner`, holding `lease` until it ends.
-    pub fn new(inner: B, lease: Option<Lease>) -> Leased<B> {
-        Leased { inner, lease }
-    }
-}
-
-impl<B: Body + Unpin> Body for Leased<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
-            self.lease = None;
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
+pub type Leased<B> = Holding<B, Lease>;
 
 #[cfg(test)]
 mod tests {

@@ -8,10 +8,9 @@ use http::StatusCode;
 use serde_json::Value;
 
 use crate::support::TempDir;
-use crate::support::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{Client, empty, request};
 use crate::support::eventually;
-use crate::support::harness::ProxySpec;
-use crate::support::pki::CertSpec;
+use crate::support::harness::{Harness, ProxySpec};
 use crate::support::streams::{EXEC_PROTOCOL, EXEC_TARGET, ExecSession};
 
 const SUPPRESSED: &str = "kubelet_auth_proxy_audit_events_suppressed_total";
@@ -52,14 +51,7 @@ async fn a_flood_of_unauthenticated_requests_with_long_uris_is_bounded_and_an_ex
         assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
     }
     // Then an exec by an authenticated user.
-    let cert = h.ca.issue(&CertSpec::client("alice"));
-    let alice = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&cert),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let alice = h.http1_user("alice");
     let session = ExecSession::open(&alice, EXEC_PROTOCOL).await;
     let id = session.headers["audit-id"].to_str().unwrap().to_owned();
     session.close().await;
@@ -114,24 +106,17 @@ async fn a_flood_of_unauthenticated_requests_with_long_uris_is_bounded_and_an_ex
     h.shutdown().await;
 }
 
-#[tokio::test]
-async fn an_exec_is_refused_while_its_audit_event_cannot_be_written() {
-    // Every write to /dev/full fails with ENOSPC: a full disk.
-    let h = ProxySpec::new(&[
+/// The proxy writing its audit log to /dev/full (every write fails with ENOSPC: a full disk),
+/// with `extra` flags, once a failed write has been noticed; and alice, over HTTP/1.1.
+async fn unauditable(extra: &[&str]) -> (Harness, Client) {
+    let mut args = vec![
         "--authorization-mode=AlwaysAllow",
         "--audit-log-path=/dev/full",
-    ])
-    .start()
-    .await;
-    let cert = h.ca.issue(&CertSpec::client("alice"));
-    let alice = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&cert),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
-    // A plain request is still served (its event is lost and counted)...
+    ];
+    args.extend_from_slice(extra);
+    let h = ProxySpec::new(&args).start().await;
+    let alice = h.http1_user("alice");
+    // A plain request is served; its event is lost and counted.
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
     eventually("the failed write noticed", || async {
         (h.metric("kubelet_auth_proxy_audit_events_dropped_total", &[])
@@ -140,7 +125,12 @@ async fn an_exec_is_refused_while_its_audit_event_cannot_be_written() {
             .then_some(())
     })
     .await;
-    // ...an exec is not.
+    (h, alice)
+}
+
+#[tokio::test]
+async fn an_exec_is_refused_while_its_audit_event_cannot_be_written() {
+    let (h, alice) = unauditable(&[]).await;
     let refused = alice
         .send(
             request("GET", EXEC_TARGET)
@@ -165,29 +155,7 @@ async fn an_exec_is_refused_while_its_audit_event_cannot_be_written() {
 
 #[tokio::test]
 async fn with_the_requirement_off_an_unauditable_exec_is_served() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--audit-log-path=/dev/full",
-        "--audit-log-require-for-streams=false",
-    ])
-    .start()
-    .await;
-    let cert = h.ca.issue(&CertSpec::client("alice"));
-    let alice = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&cert),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
-    assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
-    eventually("the failed write noticed", || async {
-        (h.metric("kubelet_auth_proxy_audit_events_dropped_total", &[])
-            .await
-            >= 1.0)
-            .then_some(())
-    })
-    .await;
+    let (h, alice) = unauditable(&["--audit-log-require-for-streams=false"]).await;
     let session = ExecSession::open(&alice, EXEC_PROTOCOL).await;
     session.close().await;
     h.shutdown().await;

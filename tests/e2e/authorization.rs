@@ -7,8 +7,8 @@
 use http::StatusCode;
 
 use crate::support::client::{Client, Reply, empty, request};
-use crate::support::harness::{Harness, ProxySpec, Subject, grant};
-use crate::test_data::{KUBELET_VECTORS, cases};
+use crate::support::harness::{ProxySpec, Subject, grant};
+use crate::test_data::{AttributeCase, KUBELET_VECTORS, cases};
 
 fn forbidden_body(user: &str, verb: &str, subresources: &str) -> String {
     format!(
@@ -47,17 +47,6 @@ async fn websocket_exec(client: &Client) -> Reply {
     Reply::read(response).await.unwrap()
 }
 
-fn http1_user(h: &Harness, name: &str) -> Client {
-    let cert = h.ca.issue(&crate::support::pki::CertSpec::client(name));
-    Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        crate::support::client::Identity::of(&cert),
-        crate::support::client::HTTP1_ONLY,
-        crate::support::client::ANY_TLS,
-    )
-}
-
 fn proxy_getter_policy() -> String {
     grant(
         "proxy-getter",
@@ -73,7 +62,7 @@ async fn websocket_exec_needs_create_by_default() {
         .policy(&proxy_getter_policy())
         .start()
         .await;
-    let reply = websocket_exec(&http1_user(&h, "alice")).await;
+    let reply = websocket_exec(&h.http1_user("alice")).await;
     assert_forbidden(&reply, "alice", "create", "proxy");
 }
 
@@ -86,7 +75,7 @@ async fn websocket_exec_with_get_when_exec_requires_create_is_off() {
     .policy(&proxy_getter_policy())
     .start()
     .await;
-    let reply = websocket_exec(&http1_user(&h, "alice")).await;
+    let reply = websocket_exec(&h.http1_user("alice")).await;
     assert_eq!(
         reply.status,
         StatusCode::SWITCHING_PROTOCOLS,
@@ -262,7 +251,8 @@ async fn exact_refusal_bodies() {
 
     // HEAD maps to the empty verb, which only a `*` rule matches. A HEAD response carries no
     // body, but its length is announced.
-    let head = http1_user(&h, "alice")
+    let head = h
+        .http1_user("alice")
         .send(request("HEAD", "/healthz").body(empty()).unwrap())
         .await;
     assert_eq!(head.status, StatusCode::FORBIDDEN);
@@ -310,7 +300,7 @@ async fn head_is_allowed_by_a_star_verb() {
         .start()
         .await;
     // Forwarded HEAD requests are fine over both protocols.
-    for alice in [h.user("alice", &[]), http1_user(&h, "alice")] {
+    for alice in [h.user("alice", &[]), h.http1_user("alice")] {
         let head = alice
             .send(request("HEAD", "/healthz").body(empty()).unwrap())
             .await;
@@ -323,7 +313,7 @@ async fn head_is_allowed_by_a_star_verb() {
 /// 403 body shows the verb and the subresources tried, in order.
 #[tokio::test]
 async fn kubelet_attribute_vectors_show_in_403_bodies() {
-    let rows = cases::<serde_json::Value>(KUBELET_VECTORS, "kubeletAttributes");
+    let rows = cases::<AttributeCase>(KUBELET_VECTORS, "kubeletAttributes");
     // The kubelet exactly: fine-grained gate and path table as the row says, no exec hardening.
     let settings = [
         (true, false, vec!["--fine-grained-authz=true"]),
@@ -344,8 +334,7 @@ async fn kubelet_attribute_vectors_show_in_403_bodies() {
         let selected: Vec<_> = rows
             .iter()
             .filter(|row| {
-                row["fineGrainedAuthz"].as_bool() == Some(gate)
-                    && row["standaloneStatuszFlagz"].as_bool() == Some(standalone)
+                row.fine_grained_authz == gate && row.standalone_statusz_flagz == standalone
             })
             .collect();
         if selected.is_empty() {
@@ -357,35 +346,26 @@ async fn kubelet_attribute_vectors_show_in_403_bodies() {
         ];
         args.extend(flags);
         let h = ProxySpec::new(&args).start().await;
-        let alice = http1_user(&h, "alice");
+        let alice = h.http1_user("alice");
         for row in selected {
-            let method = row["method"].as_str().unwrap();
-            let path = row["path"].as_str().unwrap();
-            let verb = row["verb"].as_str().unwrap();
-            let subresources: Vec<&str> = row["subresources"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|s| s.as_str().unwrap())
-                .collect();
-            let expected = forbidden_body("alice", verb, &subresources.join(" "));
+            let expected = forbidden_body("alice", &row.verb, &row.subresources.join(" "));
             let reply = alice
-                .send(request(method, path).body(empty()).unwrap())
+                .send(request(&row.method, &row.path).body(empty()).unwrap())
                 .await;
             assert_eq!(
                 reply.status,
                 StatusCode::FORBIDDEN,
-                "{row}: {}",
+                "{row:?}: {}",
                 reply.text()
             );
-            if method == "HEAD" {
+            if row.method == "HEAD" {
                 assert_eq!(
                     reply.header("content-length"),
                     Some(expected.len().to_string().as_str()),
-                    "{row}"
+                    "{row:?}"
                 );
             } else {
-                assert_eq!(reply.text(), expected, "{row}");
+                assert_eq!(reply.text(), expected, "{row:?}");
             }
             checked += 1;
         }

@@ -163,14 +163,7 @@ async fn a_response_that_streams_outlives_the_idle_timeout() {
 #[tokio::test]
 async fn upgraded_sessions_hold_a_connection_slot_and_show_in_the_gauges() {
     let (h, _) = proxy(&["--max-connections=2"]).await;
-    let dave = h.ca.issue(&CertSpec::client("dave"));
-    let exec_client = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&dave),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let exec_client = h.http1_user("dave");
     let mut first = ExecSession::open(&exec_client, EXEC_PROTOCOL).await;
     let second = ExecSession::open(&exec_client, EXEC_PROTOCOL).await;
     assert_eq!(h.metric(CONNECTIONS, &[]).await, 2.0);
@@ -201,14 +194,7 @@ async fn upgraded_sessions_hold_a_connection_slot_and_show_in_the_gauges() {
 #[tokio::test]
 async fn an_exec_session_is_closed_after_the_streaming_idle_timeout_only_when_silent() {
     let (h, _) = proxy(&["--streaming-connection-idle-timeout=1s"]).await;
-    let frank = h.ca.issue(&CertSpec::client("frank"));
-    let client = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&frank),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let client = h.http1_user("frank");
     let mut session = ExecSession::open(&client, EXEC_PROTOCOL).await;
     // Talking every 300 ms for 3 s keeps the session open past three idle timeouts.
     for _ in 0..10 {

@@ -60,14 +60,7 @@ async fn upgrade_is_removed_from_any_request_but_an_exec_attach_or_port_forward_
     let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
         .start()
         .await;
-    let bob = h.ca.issue(&CertSpec::client("bob"));
-    let client = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&bob),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let client = h.http1_user("bob");
     for protocol in ["websocket", "h2c", "SPDY/3.1"] {
         let reply = client
             .send(

@@ -13,7 +13,7 @@ use kubelet_auth_proxy::{Config, RunningProxy};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
-use super::client::{Client, Identity, Reply, plain_get};
+use super::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, Reply, plain_get};
 use super::metrics;
 use super::pki::{Authority, CertSpec, Issued};
 use super::volume::Volume;
@@ -325,6 +325,19 @@ impl Harness {
             .iter()
             .fold(CertSpec::client(name), |spec, group| spec.org(group));
         self.client(Identity::of(&self.ca.issue(&spec)))
+    }
+
+    /// A client with a valid certificate for `name` offering only HTTP/1.1, the protocol of
+    /// exec, attach and portForward upgrades.
+    pub fn http1_user(&self, name: &str) -> Client {
+        let cert = self.ca.issue(&CertSpec::client(name));
+        Client::configured(
+            self.ca.cert(),
+            self.addr(),
+            Identity::of(&cert),
+            HTTP1_ONLY,
+            ANY_TLS,
+        )
     }
 
     /// `GET path` on the admin listener.
