@@ -563,6 +563,31 @@ impl AuditTarget {
     }
 }
 
+/// Checks, without creating, opening or removing anything, that an audit log could be kept at
+/// `path`: its directory exists, and the path itself, when present, is not a directory. For
+/// commands that only validate (`check-config`, `explain`).
+pub fn check_file_target(path: &Path) -> io::Result<()> {
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if !fs::metadata(directory)?.is_dir() {
+        return Err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            format!("{} is not a directory", directory.display()),
+        ));
+    }
+    match fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(io::Error::new(
+            io::ErrorKind::IsADirectory,
+            "is a directory",
+        )),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Size-based rotation of a file target with kube-apiserver's (lumberjack's) semantics: before a
 /// line would take the file past `max_size_mb` MiB, the file is renamed to
 /// `<stem>-<UTC time as 2006-01-02T15-04-05.000>.<ext>` and a new one started with the old one's

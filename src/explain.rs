@@ -133,7 +133,7 @@ impl ExplainArgs {
 /// Loads the configuration as the server does, explains the request, prints the answer and
 /// returns the exit status ([`EXIT_ALLOWED`], [`EXIT_NOT_ALLOWED`], [`EXIT_ERROR`]).
 pub async fn run(args: &ExplainArgs) -> u8 {
-    let config = match Config::load(&args.flags).await {
+    let config = match Config::check(&args.flags).await {
         Ok(config) => config,
         Err(e) => {
             eprintln!("kubelet-auth-proxy: {e}");

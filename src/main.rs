@@ -219,7 +219,7 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         Some(Command::CheckConfig(args)) => {
             init_logging(args.flags.log_format, args.flags.verbosity, "info");
-            match runtime.block_on(Config::load(&args.flags)) {
+            match runtime.block_on(Config::check(&args.flags)) {
                 Ok(config) => {
                     println!(
                         "kubelet-auth-proxy: configuration is valid: serving {} for node {:?}, authorizers {}",

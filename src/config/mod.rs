@@ -16,7 +16,7 @@ use http::uri::{Authority, Uri};
 use rustls::pki_types::ServerName;
 
 use crate::apiserver::ApiServerClient;
-use crate::audit::{AuditLog, AuditOptions, AuditTarget, Rotation};
+use crate::audit::{self, AuditLog, AuditOptions, AuditTarget, Rotation};
 use crate::authn::Authenticator;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::{ClientCa, X509Authenticator};
@@ -108,10 +108,31 @@ pub struct Config {
     pub audit_require_for_streams: bool,
 }
 
+/// What a configuration is loaded for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Serving: the audit log is opened (created if missing, old backups pruned) and its writer
+    /// started.
+    Serve,
+    /// Checking (`check-config`, `explain`): everything is read and validated, nothing on disk is
+    /// created, written or removed; the audit log's place is checked but not opened.
+    Check,
+}
+
 impl Config {
-    /// Validates `flags` and loads every file they name. Builds the API server client only when
-    /// TokenReview or the Webhook mode needs it (it connects lazily, on the first review).
+    /// Validates `flags` and loads every file they name, to serve. Builds the API server client
+    /// only when TokenReview or the Webhook mode needs it (it connects lazily, on the first
+    /// review).
     pub async fn load(flags: &ProxyFlags) -> Result<Config, ConfigError> {
+        Config::load_for(flags, Purpose::Serve).await
+    }
+
+    /// [`Config::load`] without side effects on disk, for commands that only read or validate.
+    pub async fn check(flags: &ProxyFlags) -> Result<Config, ConfigError> {
+        Config::load_for(flags, Purpose::Check).await
+    }
+
+    async fn load_for(flags: &ProxyFlags, purpose: Purpose) -> Result<Config, ConfigError> {
         let metrics = Arc::new(Metrics::new());
         let specs = authorizer_specs(flags)?;
         let mut clients = ApiServerClients::new(
@@ -223,7 +244,7 @@ impl Config {
             idle_connection_timeout: flags.idle_connection_timeout,
             max_connections,
             shutdown_grace_period: flags.shutdown_grace_period,
-            audit: audit_log(flags, &metrics)?,
+            audit: audit_log(flags, &metrics, purpose)?,
             audit_require_for_streams: flags.audit_log_require_for_streams,
             metrics,
             reload_targets,
@@ -232,7 +253,11 @@ impl Config {
 }
 
 /// Opens `--audit-log-path` (creating the file), so that a bad path stops the start-up.
-fn audit_log(flags: &ProxyFlags, metrics: &Metrics) -> Result<Option<AuditLog>, ConfigError> {
+fn audit_log(
+    flags: &ProxyFlags,
+    metrics: &Metrics,
+    purpose: Purpose,
+) -> Result<Option<AuditLog>, ConfigError> {
     let Some(path) = &flags.audit_log_path else {
         return Ok(None);
     };
@@ -247,6 +272,14 @@ fn audit_log(flags: &ProxyFlags, metrics: &Metrics) -> Result<Option<AuditLog>, 
                 "--audit-log-maxbackup=0: every rotated audit log is kept; together they can fill their disk"
             );
         }
+    }
+    if purpose == Purpose::Check {
+        return match &target {
+            AuditTarget::Stdout => Ok(None),
+            AuditTarget::File(file) => audit::check_file_target(file)
+                .map(|()| None)
+                .map_err(|e| file_error("--audit-log-path", path, e.to_string())),
+        };
     }
     AuditLog::open(
         target,

@@ -194,3 +194,60 @@ async fn demo_once_exits_0() {
     .await;
     assert!(done.status.success(), "demo --once failed: {}", done.stderr);
 }
+
+/// `check-config` only reads: with three rotated audit logs and `--audit-log-maxbackup=1` it
+/// removes none of them, and a missing audit log is not created; a log whose directory is
+/// missing is still an error naming the flag.
+#[tokio::test]
+async fn check_config_changes_nothing_on_disk() {
+    let files = files();
+    let logs = files.dir.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    let kept = [
+        "audit.log",
+        "audit-2026-01-01T00-00-00.000.log",
+        "audit-2026-01-02T00-00-00.000.log",
+        "audit-2026-01-03T00-00-00.000.log",
+    ];
+    for name in kept {
+        std::fs::write(logs.join(name), "{}\n").unwrap();
+    }
+    let listing = |dir: &std::path::Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&logs);
+    for (i, log) in ["audit.log", "new.log"].into_iter().enumerate() {
+        let mut args = vec!["check-config".to_owned()];
+        args.extend(command_line(
+            &files,
+            &[
+                format!("--audit-log-path={}", logs.join(log).display()),
+                "--audit-log-maxbackup=1".to_owned(),
+            ],
+        ));
+        let done = run(&files.dir, &format!("check{i}"), &args).await;
+        assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+        assert_eq!(
+            listing(&logs),
+            before,
+            "check-config changed {}",
+            logs.display()
+        );
+    }
+    let mut args = vec!["check-config".to_owned()];
+    args.extend(command_line(
+        &files,
+        &[format!(
+            "--audit-log-path={}",
+            logs.join("missing/audit.log").display()
+        )],
+    ));
+    let done = run(&files.dir, "check-missing-dir", &args).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(done.stderr.contains("--audit-log-path"), "{}", done.stderr);
+}

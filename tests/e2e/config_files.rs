@@ -158,10 +158,13 @@ authorizationConfig: authorization.yaml
 nodeName: node-from-config
 listenAddress: 127.0.0.1:10999
 shutdownGracePeriod: 45s
-auditLogPath: audit.log
+auditLogPath: logs/audit.log
 "
         ),
     );
+    // Only the config file's directory has a logs/ directory: resolved anywhere else, the audit
+    // log's place would be refused.
+    std::fs::create_dir(files.dir.path().join("logs")).unwrap();
     let done = files
         .check("valid-config", &[format!("--config={config}")])
         .await;
@@ -169,9 +172,10 @@ auditLogPath: audit.log
         summary(&done, "ProxyConfiguration + AuthorizationConfiguration"),
         valid_line("127.0.0.1:10999", "node-from-config", "Node,Policy,Webhook")
     );
+    assert!(Path::new(&authorization).is_file());
     assert!(
-        Path::new(&authorization).is_file() && files.dir.path().join("audit.log").is_file(),
-        "relative paths are the config file's directory"
+        !files.dir.path().join("logs/audit.log").exists(),
+        "check-config creates nothing"
     );
 
     // A kubelet's own configuration, with the kubelet's defaults (Webhook, token webhook on).
