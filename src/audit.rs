@@ -15,6 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use http::{HeaderValue, Uri};
+use jiff::Timestamp;
+use jiff::civil::DateTime;
+use jiff::tz::Offset;
 use prometheus_client::metrics::counter::Counter;
 use ring::rand::{SecureRandom, SystemRandom};
 use serde::ser::{SerializeMap, SerializeStruct};
@@ -368,67 +371,29 @@ fn reason_text(reason: &Reason) -> &str {
     }
 }
 
-/// A UTC calendar time, split from a `SystemTime` without any date library.
-struct CivilTime {
-    year: i64,
-    month: u32,
-    day: u32,
-    hour: u32,
-    minute: u32,
-    second: u32,
-    nanos: u32,
-}
-
-impl CivilTime {
-    fn from_system_time(time: SystemTime) -> CivilTime {
-        let (secs, nanos) = match time.duration_since(UNIX_EPOCH) {
-            Ok(after) => (
-                i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-                after.subsec_nanos(),
-            ),
-            Err(before) => {
-                let before = before.duration();
-                let secs = i64::try_from(before.as_secs()).map_or(i64::MIN, |s| -s);
-                match before.subsec_nanos() {
-                    0 => (secs, 0),
-                    n => (secs.saturating_sub(1), 1_000_000_000 - n),
-                }
-            }
-        };
-        let (year, month, day) = civil_from_days(secs.div_euclid(86_400));
-        // rem_euclid of 86 400 is in 0..86 400, so it fits a u32.
-        let of_day = secs.rem_euclid(86_400) as u32;
-        CivilTime {
-            year,
-            month,
-            day,
-            hour: of_day / 3600,
-            minute: of_day / 60 % 60,
-            second: of_day % 60,
-            nanos,
+/// `time` as a date and time of day in UTC. Go's formatting is proleptic Gregorian whatever the
+/// year; so is jiff's within its range (years -9999 to 9999), and a clock outside it is written as
+/// the nearest bound rather than failing the event.
+fn utc(time: SystemTime) -> DateTime {
+    let (seconds, nanos) = match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => (
+            i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+            after.subsec_nanos() as i32,
+        ),
+        Err(before) => {
+            let before = before.duration();
+            (
+                i64::try_from(before.as_secs()).map_or(i64::MIN, |s| -s),
+                -(before.subsec_nanos() as i32),
+            )
         }
-    }
-}
-
-/// Days since 1970-01-01 → (year, month, day) in the proleptic Gregorian calendar (Howard
-/// Hinnant's `civil_from_days`: 400-year eras of 146 097 days, years starting on March 1st).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let day_of_era = z.rem_euclid(146_097); // [0, 146096]
-    let year_of_era =
-        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365; // [0, 399]
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100); // [0, 365]
-    let shifted_month = (5 * day_of_year + 2) / 153; // [0, 11], March = 0
-    // Both results are small and positive by the ranges above.
-    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
-    let month = (if shifted_month < 10 {
-        shifted_month + 3
+    };
+    let timestamp = Timestamp::new(seconds, nanos).unwrap_or(if seconds < 0 {
+        Timestamp::MIN
     } else {
-        shifted_month - 9
-    }) as u32;
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+        Timestamp::MAX
+    });
+    Offset::UTC.to_datetime(timestamp)
 }
 
 /// `metav1.MicroTime` as JSON: RFC 3339 in UTC with exactly six fractional digits, truncated (not
@@ -437,17 +402,17 @@ struct MicroTime(SystemTime);
 
 impl fmt::Display for MicroTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let t = CivilTime::from_system_time(self.0);
+        let t = utc(self.0);
         write!(
             f,
             "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-            t.year,
-            t.month,
-            t.day,
-            t.hour,
-            t.minute,
-            t.second,
-            t.nanos / 1000
+            t.year(),
+            t.month(),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.subsec_nanosecond() / 1000
         )
     }
 }
@@ -1080,16 +1045,16 @@ fn split_extension(name: &[u8]) -> (&[u8], &[u8]) {
 fn backup_path(path: &Path, time: SystemTime) -> PathBuf {
     let name = path.file_name().map_or(&[][..], |n| n.as_bytes());
     let (stem, ext) = split_extension(name);
-    let t = CivilTime::from_system_time(time);
+    let t = utc(time);
     let stamp = format!(
         "-{:04}-{:02}-{:02}T{:02}-{:02}-{:02}.{:03}",
-        t.year,
-        t.month,
-        t.day,
-        t.hour,
-        t.minute,
-        t.second,
-        t.nanos / 1_000_000
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.subsec_nanosecond() / 1_000_000
     );
     let mut backup = Vec::with_capacity(name.len() + stamp.len());
     backup.extend_from_slice(stem);
