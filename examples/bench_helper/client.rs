@@ -101,6 +101,25 @@ pub struct SilentArgs {
     pid: Option<u32>,
 }
 
+/// Options of `bench_helper stalled`.
+#[derive(Debug, clap::Args)]
+pub struct StalledArgs {
+    #[command(flatten)]
+    target: Target,
+    /// HTTP/2 connections to open.
+    #[arg(long, default_value_t = 10)]
+    connections: usize,
+    /// Streams opened on each, never read.
+    #[arg(long, default_value_t = 100)]
+    streams: usize,
+    /// The proxy's process ID, to read its open descriptors and resident memory.
+    #[arg(long)]
+    pid: Option<u32>,
+    /// How long to keep the streams open after printing, for other clients to try meanwhile.
+    #[arg(long, default_value_t = 0)]
+    hold_secs: u64,
+}
+
 /// Opens client connections to one address.
 struct Connector {
     addr: SocketAddr,
@@ -417,4 +436,65 @@ fn process_figures(pid: u32) -> serde_json::Value {
         })
         .unwrap_or(0);
     serde_json::json!({ "descriptors": fds, "rss_kib": rss_kib })
+}
+
+/// Opens `connections` HTTP/2 connections with a zero flow-control window and `streams` requests
+/// on each, none of whose bodies is ever read, then prints one JSON line: the statuses the proxy
+/// answered, its open descriptors and memory while they are held, and how one more request of the
+/// same user fared meanwhile; then holds them `--hold-secs` for other clients to try.
+pub async fn stalled(args: StalledArgs) -> anyhow::Result<()> {
+    let connector = Connector::new(&args.target)?;
+    let mut statuses = BTreeMap::<String, usize>::new();
+    let mut held = Vec::new();
+    let mut senders = Vec::new();
+    for _ in 0..args.connections {
+        let mut tls_config = ClientConfig::clone(connector.tls.config());
+        tls_config.alpn_protocols = vec![b"h2".to_vec()];
+        let tls = TlsConnector::from(Arc::new(tls_config))
+            .connect(
+                connector.server_name.clone(),
+                TcpStream::connect(connector.addr).await?,
+            )
+            .await?;
+        let (mut sender, connection) = h2::client::Builder::new()
+            .initial_window_size(0)
+            .handshake::<_, Bytes>(tls)
+            .await?;
+        tokio::spawn(connection);
+        for _ in 0..args.streams {
+            let request = Request::get(format!("https://127.0.0.1{}", args.target.path)).body(())?;
+            sender = sender.ready().await?;
+            let (response, _) = sender.send_request(request, true)?;
+            let status = match tokio::time::timeout(REQUEST_TIMEOUT, response).await {
+                Ok(Ok(response)) => {
+                    let status = response.status().as_u16().to_string();
+                    held.push(response);
+                    status
+                }
+                Ok(Err(e)) => format!("reset: {e}"),
+                Err(_) => "no answer".to_owned(),
+            };
+            *statuses.entry(status).or_default() += 1;
+        }
+        senders.push(sender);
+    }
+    let at_peak = args.pid.map(process_figures);
+    let probe = Instant::now();
+    let probe_status = match connector.open().await {
+        Ok(mut sender) => get(&mut sender, &args.target.path, None)
+            .await
+            .map(|s| s.as_u16().to_string())
+            .unwrap_or_else(|e| format!("error: {e:#}")),
+        Err(e) => format!("error: {e:#}"),
+    };
+    let line = serde_json::json!({
+        "streams": args.connections * args.streams,
+        "statuses": statuses,
+        "probe": { "status": probe_status, "ms": probe.elapsed().as_secs_f64() * 1000.0 },
+        "proxy_while_held": at_peak,
+    });
+    println!("{line}");
+    tokio::time::sleep(Duration::from_secs(args.hold_secs)).await;
+    drop((held, senders));
+    Ok(())
 }

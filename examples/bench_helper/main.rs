@@ -40,6 +40,9 @@ enum Command {
     /// Open TLS connections that never send a request; print how soon the proxy closes them and
     /// whether other clients are served meanwhile.
     Silent(client::SilentArgs),
+    /// Open HTTP/2 streams whose answers are never read (a zero window); print their statuses,
+    /// the proxy's descriptors, and whether another client is served meanwhile.
+    Stalled(client::StalledArgs),
     /// Turn the raw measurements of a run into the results JSON and docs/BENCHMARKS.md.
     Report(report::Args),
 }
@@ -61,6 +64,7 @@ fn main() -> anyhow::Result<()> {
                     Command::Idle(args) => client::idle(args).await,
                     Command::Burst(args) => client::burst(args).await,
                     Command::Silent(args) => client::silent(args).await,
+                    Command::Stalled(args) => client::stalled(args).await,
                     Command::Pki { .. } | Command::Report(_) => Ok(()),
                 }
             })
