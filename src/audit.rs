@@ -23,6 +23,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
 use tokio::sync::{mpsc, watch};
+use uuid::{Builder, Uuid};
 
 use crate::authn::User;
 use crate::authz::{API_VERSION, RESOURCE, Reason};
@@ -57,35 +58,27 @@ const BACKUP_NAME_TRIES: u32 = 1000;
 #[error("the system random number generator failed")]
 pub struct AuditIdError;
 
-/// A request's audit ID: 128 random bits shown as a UUID version 4, as kube-apiserver's, so tools
-/// that correlate the stages of one request by `auditID` work unchanged.
+/// A request's audit ID: a random UUID version 4, as kube-apiserver's, so tools that correlate the
+/// stages of one request by `auditID` work unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct AuditId([u8; 16]);
+pub struct AuditId(Uuid);
 
 impl AuditId {
-    /// A fresh random ID from the operating system's generator.
+    /// A fresh random ID from the operating system's generator (ring's, the project's one source
+    /// of randomness); `uuid` sets the version and variant bits.
     pub fn random() -> Result<AuditId, AuditIdError> {
         let mut bytes = [0u8; 16];
         SystemRandom::new()
             .fill(&mut bytes)
             .map_err(|_| AuditIdError)?;
-        // RFC 9562: version 4 in the high nibble of byte 6, variant 0b10 in the top bits of byte 8.
-        bytes[6] = (bytes[6] & 0x0f) | 0x40;
-        bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        Ok(AuditId(bytes))
+        Ok(AuditId(Builder::from_random_bytes(bytes).into_uuid()))
     }
 }
 
 impl fmt::Display for AuditId {
     /// Lowercase hex in 8-4-4-4-12 groups, as Go's `uuid.New().String()`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, byte) in self.0.iter().enumerate() {
-            if matches!(i, 4 | 6 | 8 | 10) {
-                f.write_str("-")?;
-            }
-            write!(f, "{byte:02x}")?;
-        }
-        Ok(())
+        fmt::Display::fmt(&self.0.hyphenated(), f)
     }
 }
 
@@ -1134,10 +1127,10 @@ mod tests {
 
     fn sample(uri: &str) -> AuditEvent {
         AuditEvent {
-            id: AuditId([
+            id: AuditId(Uuid::from_bytes([
                 0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x46, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
                 0xee, 0xff,
-            ]),
+            ])),
             stage: Stage::ResponseComplete,
             request_uri: uri.parse().unwrap(),
             verb: "get",
