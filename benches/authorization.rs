@@ -17,11 +17,10 @@ use kubelet_auth_proxy::authz::attributes::{AttributeMapping, kubelet_attributes
 use kubelet_auth_proxy::authz::node::NodeAuthorizer;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
 use kubelet_auth_proxy::authz::webhook::review_cache_key;
-use kubelet_auth_proxy::authz::{
-    Attributes, Authorizer, AuthorizerChain, Decision, RequestDecision, authorize_request,
-};
+use kubelet_auth_proxy::authz::{Attributes, Authorizer, AuthorizerChain, Decision};
 use kubelet_auth_proxy::cache::{KeyHasher, ReviewCache, random_hmac_key};
 use kubelet_auth_proxy::canonical_path::{PathCheck, check_path};
+use kubelet_auth_proxy::decision::{RequestDecision, Unobserved, authorize_request};
 use kubelet_auth_proxy::metrics::{Metrics, ReviewKind};
 use kubelet_auth_proxy::reload::Reloadable;
 
@@ -388,16 +387,30 @@ fn whole_request(c: &mut Criterion) {
     let mut group = c.benchmark_group("authorize_request_node_policy");
     for (name, user, path, expected) in cases {
         let request = kubelet_attributes(&mapping, &Method::GET, path);
-        let outcome = match runtime.block_on(authorize_request(&chain, &request, user, NODE, path))
-        {
+        let outcome = match runtime.block_on(authorize_request(
+            &chain,
+            &request,
+            user,
+            NODE,
+            path,
+            &mut Unobserved,
+        )) {
             RequestDecision::Allowed { .. } => "allowed",
             RequestDecision::Forbidden { .. } => "forbidden",
             RequestDecision::Error { .. } => "error",
         };
         assert_eq!(outcome, expected, "{name}");
         group.bench_function(name, |b| {
-            b.to_async(&runtime).iter(|| {
-                authorize_request(&chain, black_box(&request), user, NODE, black_box(path))
+            b.to_async(&runtime).iter(|| async {
+                authorize_request(
+                    &chain,
+                    black_box(&request),
+                    user,
+                    NODE,
+                    black_box(path),
+                    &mut Unobserved,
+                )
+                .await
             })
         });
     }

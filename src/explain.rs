@@ -5,20 +5,22 @@
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
+use std::sync::Arc;
 
 use http::{Method, Response};
 use http_body_util::BodyExt;
 use serde::Serialize;
 
 use crate::Config;
-use crate::authn::{ANONYMOUS_USER, UNAUTHENTICATED_GROUP, User};
-use crate::authz::attributes::{AttributeMapping, kubelet_attributes, kubelet_verbs};
+use crate::authn::{ANONYMOUS_USER, Authentication, UNAUTHENTICATED_GROUP, User};
+use crate::authz::attributes::{AttributeMapping, kubelet_verbs};
 use crate::authz::policy::PolicyRole;
 use crate::authz::rbac::PolicyRule;
-use crate::authz::{Attributes, Authorizer, AuthorizerChain, Decision};
-use crate::canonical_path::{PathCheck, check_path};
+use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, Decision};
 use crate::config::flags::ProxyFlags;
-use crate::responses::{self, ResponseBody};
+use crate::decision::{Decider, Observer, Verdict};
+use crate::metrics::Outcome;
+use crate::responses::ResponseBody;
 
 /// `apiVersion` of the JSON document, changed only with an incompatible change of its shape.
 pub const API_VERSION: &str = "kubelet-auth-proxy/v1alpha1";
@@ -140,15 +142,12 @@ pub async fn run(args: &ExplainArgs) -> u8 {
             return EXIT_ERROR;
         }
     };
-    let explanation = explain(
-        &config.authorizers,
-        &config.mapping,
-        &config.node_name,
-        &args.method,
-        &args.path,
-        &args.user(),
-    )
-    .await;
+    let decider = Decider {
+        authorizers: config.authorizers,
+        mapping: config.mapping,
+        node_name: Arc::from(config.node_name),
+    };
+    let explanation = explain(&decider, &args.method, &args.path, &args.user()).await;
     let document = match args.output {
         OutputFormat::Text => {
             for warning in &explanation.warnings {
@@ -193,7 +192,7 @@ pub struct Explanation {
     /// an error.
     pub attributes: Vec<AttributeTrial>,
     /// What the proxy does in the end.
-    pub result: Outcome,
+    pub result: Conclusion,
     /// Local policy rules that can never match a kubelet request.
     pub warnings: Vec<PolicyWarning>,
 }
@@ -203,11 +202,9 @@ impl Explanation {
     /// [`EXIT_NOT_ALLOWED`].
     pub fn exit_status(&self) -> u8 {
         match self.result.outcome {
-            OutcomeKind::Forwarded => EXIT_ALLOWED,
-            OutcomeKind::AuthorizationError => EXIT_ERROR,
-            OutcomeKind::Redirect | OutcomeKind::BadRequest | OutcomeKind::Forbidden => {
-                EXIT_NOT_ALLOWED
-            }
+            Outcome::Allowed => EXIT_ALLOWED,
+            Outcome::AuthorizationError => EXIT_ERROR,
+            _ => EXIT_NOT_ALLOWED,
         }
     }
 }
@@ -313,28 +310,13 @@ impl fmt::Display for Answer {
     }
 }
 
-/// How the request ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum OutcomeKind {
-    /// Allowed: forwarded to the kubelet, which answers.
-    Forwarded,
-    /// 301 to the clean path.
-    Redirect,
-    /// 400: the path is refused.
-    BadRequest,
-    /// 403: no attribute set was allowed.
-    Forbidden,
-    /// 500: an authorizer could not decide.
-    AuthorizationError,
-}
-
 /// The final answer: forwarded, or the exact refusal the proxy sends.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Outcome {
-    /// How it ends.
-    pub outcome: OutcomeKind,
+pub struct Conclusion {
+    /// How it ends, in the vocabulary of the proxy's metrics (`decision` label), spelled
+    /// `forwarded`, `redirect`, `badRequest`, `forbidden` or `authorizationError` here.
+    pub outcome: Outcome,
     /// Whether the request reaches the kubelet.
     pub allowed: bool,
     /// The proxy's status code; absent when forwarded (the kubelet answers).
@@ -385,19 +367,57 @@ impl fmt::Display for PolicyWarning {
     }
 }
 
-/// Explains `method target` for `user` as the proxy would decide it with `chain`, `mapping` and
-/// `node_name`: the path gate, then the kubelet's loop over attribute sets, asking each authorizer
-/// as the chain does, then the response from [`responses`]. Webhook authorizers make real
-/// SubjectAccessReview calls.
-pub async fn explain(
-    chain: &AuthorizerChain,
-    mapping: &AttributeMapping,
-    node_name: &str,
-    method: &Method,
-    target: &str,
-    user: &User,
-) -> Explanation {
-    let mut explanation = Explanation {
+/// Explains `method target` for `user`, taken as authenticated, by deciding it exactly as the
+/// server does ([`Decider::decide`]) with an observer that records each authorizer's answer, and
+/// showing the response the server would send ([`crate::decision::Refusal::answer`]). Webhook
+/// authorizers make real SubjectAccessReview calls.
+pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &User) -> Explanation {
+    let (raw_path, query) = match target.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (target, None),
+    };
+    let chain = &decider.authorizers;
+    let mut recorder = Recorder {
+        chain,
+        decoded: String::new(),
+        trials: Vec::new(),
+    };
+    let caller = Arc::new(user.clone());
+    let verdict = decider
+        .decide(
+            method,
+            raw_path,
+            query,
+            || std::future::ready(Authentication::User(caller)),
+            &mut recorder,
+        )
+        .await;
+    let path = match &verdict {
+        Verdict::Redirect { location } => PathVerdict::Redirect {
+            location: location.clone(),
+        },
+        Verdict::BadPath(reason) => PathVerdict::Rejected {
+            reason: reason.to_string(),
+        },
+        Verdict::Unauthenticated { .. } | Verdict::Authorized(_) => PathVerdict::Canonical {
+            decoded: recorder.decoded,
+        },
+    };
+    let (verb, subresources) = match &verdict {
+        Verdict::Authorized(judgement) => (
+            Some(judgement.attributes.verb),
+            judgement.attributes.subresources.iter().collect(),
+        ),
+        _ => (None, Vec::new()),
+    };
+    let result = match verdict.refusal() {
+        None => forwarded(),
+        Some(refusal) => {
+            let (response, outcome) = refusal.answer(method);
+            refused(outcome, response).await
+        }
+    };
+    Explanation {
         api_version: API_VERSION,
         kind: KIND,
         request: RequestInfo {
@@ -410,125 +430,103 @@ pub async fn explain(
                 extra: user.extra.clone(),
             },
         },
-        node_name: node_name.to_owned(),
+        node_name: decider.node_name.to_string(),
         authorizers: chain.authorizers().iter().map(Authorizer::name).collect(),
-        path: PathVerdict::Rejected {
-            reason: String::new(),
-        },
-        verb: None,
-        subresources: Vec::new(),
-        attributes: Vec::new(),
-        result: forwarded(),
-        warnings: policy_warnings(chain, mapping, node_name),
-    };
-    let (raw_path, query) = match target.split_once('?') {
-        Some((path, query)) => (path, Some(query)),
-        None => (target, None),
-    };
-    let decoded = match check_path(raw_path) {
-        PathCheck::Canonical { decoded } => decoded,
-        PathCheck::Redirect { location } => {
-            let location = match query {
-                Some(query) => format!("{location}?{query}"),
-                None => location,
-            };
-            explanation.result = refusal(
-                OutcomeKind::Redirect,
-                responses::redirect(method, &location),
-            )
-            .await;
-            explanation.path = PathVerdict::Redirect { location };
-            return explanation;
-        }
-        PathCheck::Reject(error) => {
-            let reason = error.to_string();
-            explanation.result =
-                refusal(OutcomeKind::BadRequest, responses::bad_request(&reason)).await;
-            explanation.path = PathVerdict::Rejected { reason };
-            return explanation;
-        }
-    };
-    explanation.path = PathVerdict::Canonical {
-        decoded: decoded.to_string(),
-    };
-    let request = kubelet_attributes(mapping, method, &decoded);
-    explanation.verb = Some(request.verb);
-    explanation.subresources = request.subresources.iter().collect();
-    for subresource in request.subresources.iter() {
-        let attrs = Attributes {
-            user,
-            verb: request.verb,
-            subresource,
-            name: node_name,
-            path: &decoded,
-        };
-        let trial = trial(chain, &attrs, subresource).await;
-        let decision = trial.decision;
-        explanation.attributes.push(trial);
-        match decision {
-            Answer::Allow => return explanation,
-            Answer::Error => {
-                let response = responses::authorization_error(user, request.verb, subresource);
-                explanation.result = refusal(OutcomeKind::AuthorizationError, response).await;
-                return explanation;
-            }
-            Answer::Deny | Answer::NoOpinion | Answer::NotAsked => {}
-        }
+        path,
+        verb,
+        subresources,
+        attributes: recorder.trials,
+        result,
+        warnings: policy_warnings(chain, &decider.mapping, &decider.node_name),
     }
-    let response = responses::forbidden(user, request.verb, &request.subresources);
-    explanation.result = refusal(OutcomeKind::Forbidden, response).await;
-    explanation
 }
 
-/// Asks the authorizers of `chain` about `attrs` through [`AuthorizerChain::authorize_observed`],
-/// so the answers shown follow exactly the chain's semantics; authorizers the chain did not ask
-/// (after the deciding one) are listed as not asked.
-async fn trial(
-    chain: &AuthorizerChain,
-    attrs: &Attributes<'_>,
-    subresource: &'static str,
-) -> AttributeTrial {
-    let mut answers = Vec::with_capacity(chain.authorizers().len());
-    let result = chain
-        .authorize_observed(attrs, |authorizer, answer| {
-            let (answer, reason) = match answer {
-                Ok(Decision::Allow(reason)) => (Answer::Allow, reason.to_string()),
-                Ok(Decision::Deny(reason)) => (Answer::Deny, reason.to_string()),
-                Ok(Decision::NoOpinion(reason)) => (Answer::NoOpinion, reason.to_string()),
-                Err(error) => (Answer::Error, error.to_string()),
-            };
-            answers.push(AuthorizerAnswer {
+/// Records the decoded path and, per attribute set, every authorizer's answer; authorizers the
+/// chain did not ask (after the deciding one) are listed as not asked.
+struct Recorder<'a> {
+    chain: &'a AuthorizerChain,
+    decoded: String,
+    trials: Vec<AttributeTrial>,
+}
+
+impl Observer for Recorder<'_> {
+    fn canonical(&mut self, decoded: &str) {
+        decoded.clone_into(&mut self.decoded);
+    }
+
+    fn answered(
+        &mut self,
+        subresource: &'static str,
+        authorizer: &Authorizer,
+        answer: &Result<Decision, AuthorizationError>,
+    ) {
+        if self
+            .trials
+            .last()
+            .is_none_or(|t| t.subresource != subresource)
+        {
+            self.trials.push(AttributeTrial {
+                subresource,
+                answers: Vec::with_capacity(self.chain.authorizers().len()),
+                decision: Answer::NotAsked,
+                decided_by: None,
+            });
+        }
+        let (answer, reason) = match answer {
+            Ok(Decision::Allow(reason)) => (Answer::Allow, reason.to_string()),
+            Ok(Decision::Deny(reason)) => (Answer::Deny, reason.to_string()),
+            Ok(Decision::NoOpinion(reason)) => (Answer::NoOpinion, reason.to_string()),
+            Err(error) => (Answer::Error, error.to_string()),
+        };
+        if let Some(trial) = self.trials.last_mut() {
+            trial.answers.push(AuthorizerAnswer {
                 authorizer: authorizer.name(),
                 answer,
                 reason,
             });
-        })
-        .await;
-    for authorizer in &chain.authorizers()[answers.len()..] {
-        answers.push(AuthorizerAnswer {
-            authorizer: authorizer.name(),
-            answer: Answer::NotAsked,
-            reason: String::new(),
-        });
+        }
     }
-    let (decision, decided_by) = match result {
-        Ok((Decision::Allow(_), by)) => (Answer::Allow, by),
-        Ok((Decision::Deny(_), by)) => (Answer::Deny, by),
-        Ok((Decision::NoOpinion(_), _)) => (Answer::NoOpinion, None),
-        Err(_) => (Answer::Error, None),
-    };
-    AttributeTrial {
-        subresource,
-        answers,
-        decision,
-        decided_by,
+
+    fn decided(
+        &mut self,
+        subresource: &'static str,
+        result: &Result<(Decision, Option<&'static str>), AuthorizationError>,
+    ) {
+        if self
+            .trials
+            .last()
+            .is_none_or(|t| t.subresource != subresource)
+        {
+            self.trials.push(AttributeTrial {
+                subresource,
+                answers: Vec::new(),
+                decision: Answer::NotAsked,
+                decided_by: None,
+            });
+        }
+        let Some(trial) = self.trials.last_mut() else {
+            return;
+        };
+        for authorizer in self.chain.authorizers().iter().skip(trial.answers.len()) {
+            trial.answers.push(AuthorizerAnswer {
+                authorizer: authorizer.name(),
+                answer: Answer::NotAsked,
+                reason: String::new(),
+            });
+        }
+        (trial.decision, trial.decided_by) = match result {
+            Ok((Decision::Allow(_), by)) => (Answer::Allow, *by),
+            Ok((Decision::Deny(_), by)) => (Answer::Deny, *by),
+            Ok((Decision::NoOpinion(_), _)) => (Answer::NoOpinion, None),
+            Err(_) => (Answer::Error, None),
+        };
     }
 }
 
 /// The outcome of an allowed request: the kubelet answers.
-fn forwarded() -> Outcome {
-    Outcome {
-        outcome: OutcomeKind::Forwarded,
+fn forwarded() -> Conclusion {
+    Conclusion {
+        outcome: Outcome::Allowed,
         allowed: true,
         status: None,
         headers: BTreeMap::new(),
@@ -537,7 +535,7 @@ fn forwarded() -> Outcome {
 }
 
 /// A refusal as the proxy sends it: status, headers and body taken from the response itself.
-async fn refusal(outcome: OutcomeKind, response: Response<ResponseBody>) -> Outcome {
+async fn refused(outcome: Outcome, response: Response<ResponseBody>) -> Conclusion {
     let (parts, body) = response.into_parts();
     let headers = parts
         .headers
@@ -555,7 +553,7 @@ async fn refusal(outcome: OutcomeKind, response: Response<ResponseBody>) -> Outc
         .await
         .map(|c| c.to_bytes())
         .unwrap_or_default();
-    Outcome {
+    Conclusion {
         outcome,
         allowed: false,
         status: Some(parts.status.as_u16()),
@@ -817,16 +815,17 @@ fn write_text(e: &Explanation, out: &mut String) -> fmt::Result {
     }
     let result = &e.result;
     match (result.outcome, result.status) {
-        (OutcomeKind::Forwarded, _) => writeln!(
+        (Outcome::Allowed, _) => writeln!(
             out,
             "result:      allowed: forwarded to the kubelet, which answers"
         )?,
         (outcome, Some(status)) => {
             let what = match outcome {
-                OutcomeKind::Redirect => "redirected",
-                OutcomeKind::BadRequest => "refused (bad path)",
-                OutcomeKind::Forbidden => "forbidden",
-                _ => "authorization error",
+                Outcome::Redirected => "redirected",
+                Outcome::BadRequest => "refused (bad path)",
+                Outcome::Forbidden => "forbidden",
+                Outcome::AuthorizationError => "authorization error",
+                other => other.as_str(),
             };
             writeln!(out, "result:      {status} {what}")?;
             for (name, value) in &result.headers {
@@ -865,7 +864,6 @@ mod tests {
     use super::*;
     use crate::authz::node::NodeAuthorizer;
     use crate::authz::policy::PolicyAuthorizer;
-    use crate::authz::{RequestDecision, authorize_request};
     use crate::reload::Reloadable;
     use std::sync::Arc;
 
@@ -928,15 +926,13 @@ subjects: [{kind: User, name: debugger}]
         }
     }
 
-    fn run(chain: &AuthorizerChain, user: &User, method: Method, target: &str) -> Explanation {
-        block_on(explain(
-            chain,
-            &AttributeMapping::default(),
-            NODE,
-            &method,
-            target,
-            user,
-        ))
+    fn run(chain: AuthorizerChain, user: &User, method: Method, target: &str) -> Explanation {
+        let decider = Decider {
+            authorizers: chain,
+            mapping: AttributeMapping::default(),
+            node_name: Arc::from(NODE),
+        };
+        block_on(explain(&decider, &method, target, user))
     }
 
     fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -949,13 +945,13 @@ subjects: [{kind: User, name: debugger}]
     #[test]
     fn allowed_by_the_second_binding_names_it_and_its_role() {
         let e = run(
-            &chain(),
+            chain(),
             &user("prom", &["monitoring"]),
             Method::GET,
             "/metrics",
         );
         assert_eq!(e.exit_status(), EXIT_ALLOWED);
-        assert_eq!(e.result.outcome, OutcomeKind::Forwarded);
+        assert_eq!(e.result.outcome, Outcome::Allowed);
         assert_eq!(e.result.status, None);
         assert_eq!(e.attributes.len(), 1);
         let trial = &e.attributes[0];
@@ -974,7 +970,7 @@ subjects: [{kind: User, name: debugger}]
     #[test]
     fn denied_with_no_match_gives_the_kubelets_403() {
         let e = run(
-            &chain(),
+            chain(),
             &user("prom", &["monitoring"]),
             Method::GET,
             "/pods",
@@ -997,7 +993,7 @@ subjects: [{kind: User, name: debugger}]
 
     #[test]
     fn falls_back_to_proxy_after_pods() {
-        let e = run(&chain(), &user("debugger", &[]), Method::GET, "/pods");
+        let e = run(chain(), &user("debugger", &[]), Method::GET, "/pods");
         assert_eq!(e.exit_status(), EXIT_ALLOWED);
         assert_eq!(e.attributes[0].decision, Answer::NoOpinion);
         assert_eq!(e.attributes[1].subresource, "proxy");
@@ -1016,7 +1012,7 @@ subjects: [{kind: User, name: debugger}]
             Authorizer::AlwaysAllow,
         ]);
         let other = user("system:node:node-b", &["system:nodes"]);
-        let e = run(&chain, &other, Method::GET, "/healthz");
+        let e = run(chain, &other, Method::GET, "/healthz");
         assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
         for trial in &e.attributes {
             assert_eq!(trial.decision, Answer::Deny);
@@ -1033,7 +1029,7 @@ subjects: [{kind: User, name: debugger}]
     #[test]
     fn unclean_path_stops_at_the_redirect_with_the_query_kept() {
         let e = run(
-            &chain(),
+            chain(),
             &user("prom", &["monitoring"]),
             Method::GET,
             "//metrics/?x=1",
@@ -1058,12 +1054,12 @@ subjects: [{kind: User, name: debugger}]
         );
 
         let e = run(
-            &chain(),
+            chain(),
             &user("prom", &[]),
             Method::GET,
             "/stats%2F..%2Fexec",
         );
-        assert_eq!(e.result.outcome, OutcomeKind::BadRequest);
+        assert_eq!(e.result.outcome, Outcome::BadRequest);
         assert_eq!(e.result.status, Some(400));
         assert_eq!(
             e.result.body.as_deref(),
@@ -1072,66 +1068,9 @@ subjects: [{kind: User, name: debugger}]
     }
 
     #[test]
-    fn the_trace_agrees_with_the_proxys_decision_loop() {
-        let chains = [
-            chain(),
-            AuthorizerChain::new(vec![Authorizer::AlwaysDeny, policy(POLICY)]),
-            AuthorizerChain::new(vec![policy(POLICY), Authorizer::AlwaysAllow]),
-            AuthorizerChain::new(vec![
-                Authorizer::Node(NodeAuthorizer),
-                Authorizer::AlwaysDeny,
-            ]),
-        ];
-        let users = [
-            user("prom", &["monitoring"]),
-            user("debugger", &[]),
-            user("system:node:node-a", &["system:nodes"]),
-            user("system:node:node-b", &["system:nodes"]),
-            User::anonymous(),
-        ];
-        let requests = [
-            (Method::GET, "/metrics"),
-            (Method::GET, "/stats/summary"),
-            (Method::GET, "/pods"),
-            (Method::HEAD, "/healthz"),
-            (Method::POST, "/exec/ns/pod/ctr"),
-        ];
-        let mapping = AttributeMapping::default();
-        for chain in &chains {
-            for user in &users {
-                for (method, path) in &requests {
-                    let e = run(chain, user, method.clone(), path);
-                    let attrs = kubelet_attributes(&mapping, method, path);
-                    let real = block_on(authorize_request(chain, &attrs, user, NODE, path));
-                    let context = format!("{} {method} {path}: {e:?}", user.name);
-                    match real {
-                        RequestDecision::Allowed {
-                            subresource,
-                            authorizer,
-                            reason,
-                        } => {
-                            let last = e.attributes.last().unwrap();
-                            assert!(e.result.allowed, "{context}");
-                            assert_eq!(last.subresource, subresource, "{context}");
-                            assert_eq!(last.decided_by, Some(authorizer), "{context}");
-                            let by = last.answers.iter().find(|a| a.answer == Answer::Allow);
-                            assert_eq!(by.unwrap().reason, reason.to_string(), "{context}");
-                        }
-                        RequestDecision::Forbidden { .. } => {
-                            assert_eq!(e.result.outcome, OutcomeKind::Forbidden, "{context}");
-                            assert_eq!(e.attributes.len(), e.subresources.len(), "{context}");
-                        }
-                        RequestDecision::Error { .. } => panic!("no error expected: {context}"),
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
     fn json_document_has_the_documented_shape() {
         let e = run(
-            &chain(),
+            chain(),
             &user("prom", &["monitoring"]),
             Method::GET,
             "/pods",
@@ -1160,7 +1099,7 @@ subjects: [{kind: User, name: debugger}]
     #[test]
     fn text_shows_each_answer_and_the_exact_body() {
         let e = run(
-            &chain(),
+            chain(),
             &user("prom", &["monitoring"]),
             Method::GET,
             "/stats/summary",
@@ -1177,7 +1116,7 @@ subjects: [{kind: User, name: debugger}]
         assert!(text.contains("monitoring-stats"), "{text}");
         assert!(text.contains("result:      allowed"), "{text}");
 
-        let e = run(&chain(), &user("x\u{1b}[2J", &[]), Method::HEAD, "/healthz");
+        let e = run(chain(), &user("x\u{1b}[2J", &[]), Method::HEAD, "/healthz");
         let text = render_text(&e);
         assert!(!text.contains('\u{1b}'), "{text}");
         assert!(

@@ -39,6 +39,7 @@ pub mod cache;
 pub mod canonical_path;
 pub mod config;
 pub mod connection;
+pub mod decision;
 pub mod demo;
 pub mod descriptors;
 pub mod explain;

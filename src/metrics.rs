@@ -11,9 +11,13 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// What the proxy decided about a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Serialized (for `explain`'s JSON document) in camel case, `Allowed` as `forwarded` and
+/// `Redirected` as `redirect`, the spelling that document has always used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
 pub enum Outcome {
     /// Authorized and forwarded; the code is the kubelet's.
+    #[serde(rename = "forwarded")]
     Allowed,
     /// 403: no attribute set was allowed.
     Forbidden,
@@ -22,6 +26,7 @@ pub enum Outcome {
     /// 401: no or bad credential.
     Unauthenticated,
     /// 301: the path was not canonical.
+    #[serde(rename = "redirect")]
     Redirected,
     /// 400: the path was unusable.
     BadRequest,

@@ -36,25 +36,21 @@ use crate::audit::{
     AuditEvent, AuditId, AuditLog, Authorization as AuditAuthorization, ObjectRef, Stage,
 };
 use crate::authn::User;
-use crate::authn::{Authentication, Authenticator, ConnectionIdentity};
-use crate::authz::attributes::{AttributeMapping, kubelet_attributes, verb_for_method};
-use crate::authz::{AuthorizerChain, RequestDecision, authorize_request};
-use crate::canonical_path::{PathCheck, check_path};
+use crate::authn::{Authenticator, ConnectionIdentity};
 use crate::config::Config;
 use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended};
+use crate::decision::{Decider, Judgement, Refusal, RequestDecision, Unobserved, Verdict};
 use crate::held_body::Holding;
 use crate::metrics::{Metrics, Outcome, RequestLabels};
-use crate::proxy::{Busy, ForwardError, Forwarder, StreamEnded, headers};
+use crate::proxy::{ForwardError, Forwarder, StreamEnded, headers};
 use crate::reload::Reloadable;
 use crate::responses::{self, ResponseBody};
 
 /// What every request handler shares, read-only.
 struct Pipeline {
     authenticator: Authenticator,
-    authorizers: AuthorizerChain,
-    mapping: AttributeMapping,
-    /// Shared with audit events, which name the Node.
-    node_name: Arc<str>,
+    /// Path gate, attributes and authorizers: what is decided before forwarding.
+    decider: Decider,
     forwarder: Forwarder,
     metrics: Arc<Metrics>,
     audit: Option<AuditLog>,
@@ -147,9 +143,11 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
     tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown_rx.clone()));
     let pipeline = Arc::new(Pipeline {
         authenticator: config.authenticator,
-        authorizers: config.authorizers,
-        mapping: config.mapping,
-        node_name: Arc::from(config.node_name),
+        decider: Decider {
+            authorizers: config.authorizers,
+            mapping: config.mapping,
+            node_name: Arc::from(config.node_name),
+        },
         forwarder: config.forwarder,
         metrics,
         audit: config.audit.clone(),
@@ -399,19 +397,6 @@ struct Handled {
     authorization: Option<AuditAuthorization>,
 }
 
-impl Handled {
-    fn refused(response: Response<ResponseBody>, outcome: Outcome, verb: &'static str) -> Handled {
-        Handled {
-            response,
-            outcome,
-            subresource: "",
-            verb,
-            user: None,
-            authorization: None,
-        }
-    }
-}
-
 /// What the audit event of a request needs from the request itself, taken before the request is
 /// handed on; only gathered when auditing is on.
 struct AuditStart {
@@ -512,7 +497,7 @@ impl Pipeline {
             user_agent: start.user_agent,
             object_ref: (!handled.subresource.is_empty()).then(|| ObjectRef {
                 subresource: handled.subresource,
-                name: Arc::clone(&self.node_name),
+                name: Arc::clone(&self.decider.node_name),
             }),
             response_code: code,
             request_received: start.received,
@@ -540,127 +525,113 @@ impl Pipeline {
         peer: SocketAddr,
         req: Request<Incoming>,
     ) -> Handled {
-        let method_verb = verb_for_method(req.method());
-        let decoded = match check_path(req.uri().path()) {
-            PathCheck::Canonical { decoded } => decoded,
-            PathCheck::Redirect { location } => {
-                let location = match req.uri().query() {
-                    Some(query) => format!("{location}?{query}"),
-                    None => location,
-                };
-                let response = responses::redirect(req.method(), &location);
-                return Handled::refused(response, Outcome::Redirected, method_verb);
+        let verdict = self
+            .decider
+            .decide(
+                req.method(),
+                req.uri().path(),
+                req.uri().query(),
+                || {
+                    self.authenticator.authenticate(
+                        identity,
+                        req.version(),
+                        req.headers(),
+                        unix_now(),
+                    )
+                },
+                &mut Unobserved,
+            )
+            .await;
+        log_verdict(&verdict, peer, &req);
+        let subresource = verdict.subresource();
+        let verb = verdict.verb(req.method());
+        let authorization = verdict.audit();
+        let refusal = match verdict.refusal() {
+            Some(refusal) => Some(refusal),
+            None if self.audit_require_for_streams
+                && let Some(audit) = &self.audit
+                && headers::is_upgrade_request(req.version(), req.headers())
+                && headers::may_upgrade(req.uri().path(), req.headers())
+                && !audit.is_writable() =>
+            {
+                warn!(%peer, "refusing a stream: its audit event cannot be written");
+                Some(Refusal::AuditUnavailable)
             }
-            PathCheck::Reject(reason) => {
-                debug!(%peer, %reason, "refused request path");
-                let response = responses::bad_request(&reason.to_string());
-                return Handled::refused(response, Outcome::BadRequest, method_verb);
-            }
+            None => None,
         };
-
-        let user = match self
-            .authenticator
-            .authenticate(identity, req.version(), req.headers(), unix_now())
-            .await
-        {
-            Authentication::User(user) => user,
-            Authentication::Unauthenticated => {
-                debug!(%peer, path = %decoded, "no credential");
-                let response = responses::unauthorized();
-                return Handled::refused(response, Outcome::Unauthenticated, method_verb);
-            }
-            Authentication::Failed(reason) => {
-                debug!(%peer, path = %decoded, %reason, "authentication failed");
-                let response = responses::unauthorized();
-                return Handled::refused(response, Outcome::Unauthenticated, method_verb);
-            }
-        };
-
-        let attrs = kubelet_attributes(&self.mapping, req.method(), &decoded);
-        let decision =
-            authorize_request(&self.authorizers, &attrs, &user, &self.node_name, &decoded).await;
-        let (subresource, reason) = match decision {
-            RequestDecision::Allowed {
-                subresource,
-                authorizer,
-                reason,
-            } => {
-                debug!(user = %user.name, verb = attrs.verb, path = %decoded, subresource, authorizer, %reason, "allowed");
-                (subresource, reason)
-            }
-            RequestDecision::Error { subresource, error } => {
-                warn!(user = %user.name, verb = attrs.verb, path = %decoded, subresource, %error, "authorization failed");
-                return Handled {
-                    response: responses::authorization_error(&user, attrs.verb, subresource),
-                    outcome: Outcome::AuthorizationError,
-                    subresource,
-                    verb: attrs.verb,
-                    user: Some(user),
-                    authorization: Some(AuditAuthorization::Error),
-                };
-            }
-            RequestDecision::Forbidden { reason } => {
-                debug!(user = %user.name, verb = attrs.verb, path = %decoded, subresources = %attrs.subresources, %reason, "forbidden");
-                return Handled {
-                    response: responses::forbidden(&user, attrs.verb, &attrs.subresources),
-                    outcome: Outcome::Forbidden,
-                    subresource: attrs.subresources.iter().next().unwrap_or_default(),
-                    verb: attrs.verb,
-                    user: Some(user),
-                    authorization: Some(AuditAuthorization::Forbid(reason)),
-                };
-            }
-        };
-        // The decoded path borrows the request, which is handed on next.
-        drop(decoded);
-
-        if self.audit_require_for_streams
-            && let Some(audit) = &self.audit
-            && headers::is_upgrade_request(req.version(), req.headers())
-            && headers::may_upgrade(req.uri().path(), req.headers())
-            && !audit.is_writable()
-        {
-            warn!(%peer, user = %user.name, "refusing a stream: its audit event cannot be written");
-            return Handled {
-                response: responses::service_unavailable(
-                    "the audit log cannot be written (--audit-log-require-for-streams)",
-                ),
-                outcome: Outcome::AuditUnavailable,
-                subresource,
-                verb: attrs.verb,
-                user: Some(user),
-                authorization: Some(AuditAuthorization::Allow(reason)),
-            };
-        }
-        let (response, outcome) = match self.forwarder.forward(req, &user).await {
-            Ok(response) => (response.map(Either::Left), Outcome::Allowed),
-            Err(e @ ForwardError::CallerBody(_)) => {
-                debug!(%peer, error = %e, "request body could not be read");
-                (responses::bad_request(&e.to_string()), Outcome::BadRequest)
-            }
-            Err(ForwardError::Busy(busy)) => {
-                debug!(%peer, user = %user.name, error = %busy, "request not forwarded");
-                let response = match busy {
-                    Busy::User(_) => responses::too_many_requests(&busy.to_string()),
-                    Busy::Total(_) => responses::service_unavailable(&busy.to_string()),
-                };
-                (response, Outcome::Throttled)
-            }
-            Err(e) => {
-                warn!(%peer, error = %e, "forwarding to the kubelet failed");
-                (
-                    responses::bad_gateway(&e.to_string()),
-                    Outcome::UpstreamError,
-                )
-            }
+        let (response, outcome) = match (refusal, verdict.user()) {
+            (Some(refusal), _) => refusal.answer(req.method()),
+            (None, Some(user)) => self.forward(peer, req, user).await,
+            // An allowed verdict always has a user; refuse should that ever not hold.
+            (None, None) => Refusal::Unauthenticated.answer(req.method()),
         };
         Handled {
             response,
             outcome,
             subresource,
-            verb: attrs.verb,
-            user: Some(user),
-            authorization: Some(AuditAuthorization::Allow(reason)),
+            verb,
+            user: verdict.user().cloned(),
+            authorization,
+        }
+    }
+
+    /// Forwards an allowed request; a failure becomes its refusal.
+    async fn forward(
+        &self,
+        peer: SocketAddr,
+        req: Request<Incoming>,
+        user: &User,
+    ) -> (Response<ResponseBody>, Outcome) {
+        let method = req.method().clone();
+        match self.forwarder.forward(req, user).await {
+            Ok(response) => (response.map(Either::Left), Outcome::Allowed),
+            Err(e @ ForwardError::CallerBody(_)) => {
+                debug!(%peer, error = %e, "request body could not be read");
+                Refusal::CallerBody(&e.to_string()).answer(&method)
+            }
+            Err(ForwardError::Busy(busy)) => {
+                debug!(%peer, user = %user.name, error = %busy, "request not forwarded");
+                Refusal::Busy(&busy).answer(&method)
+            }
+            Err(e) => {
+                warn!(%peer, error = %e, "forwarding to the kubelet failed");
+                Refusal::Upstream(&e.to_string()).answer(&method)
+            }
+        }
+    }
+}
+
+/// One log line for a request the proxy refuses or allows: debug for the usual, warn for an
+/// authorizer failure. Never a credential: only names, the path and reasons.
+fn log_verdict(verdict: &Verdict, peer: SocketAddr, req: &Request<Incoming>) {
+    let path = req.uri().path();
+    match verdict {
+        Verdict::Redirect { .. } => {}
+        Verdict::BadPath(reason) => debug!(%peer, %reason, "refused request path"),
+        Verdict::Unauthenticated { failure: None } => debug!(%peer, path, "no credential"),
+        Verdict::Unauthenticated {
+            failure: Some(reason),
+        } => debug!(%peer, path, %reason, "authentication failed"),
+        Verdict::Authorized(Judgement {
+            user,
+            attributes,
+            decision,
+        }) => {
+            let (user, verb) = (&user.name, attributes.verb);
+            match decision {
+                RequestDecision::Allowed {
+                    subresource,
+                    authorizer,
+                    reason,
+                } => debug!(%user, verb, path, subresource, authorizer, %reason, "allowed"),
+                RequestDecision::Error { subresource, error } => {
+                    warn!(%user, verb, path, subresource, %error, "authorization failed");
+                }
+                RequestDecision::Forbidden { reason } => {
+                    let subresources = &attributes.subresources;
+                    debug!(%user, verb, path, %subresources, %reason, "forbidden");
+                }
+            }
         }
     }
 }

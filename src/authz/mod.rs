@@ -4,7 +4,8 @@
 //! `pkg/authorization/union/union.go` `Authorize`): authorizers are asked
 //! in order, the first `Allow` or `Deny` wins, `NoOpinion` moves on. The kubelet's own loop over
 //! the attribute list (kubernetes v1.33 `pkg/kubelet/server/server.go` `InstallAuthFilter`: only
-//! `Allow` stops, an error is a 500 at once) lives in [`authorize_request`].
+//! `Allow` stops, an error is a 500 at once) lives in
+//! [`crate::decision::authorize_request`].
 
 pub mod attributes;
 pub mod node;
@@ -17,7 +18,6 @@ use std::sync::Arc;
 
 use crate::authn::User;
 use crate::reload::Reloadable;
-use attributes::KubeletAttributes;
 use node::NodeAuthorizer;
 use policy::PolicyAuthorizer;
 use webhook::SubjectAccessReviewAuthorizer;
@@ -55,12 +55,19 @@ pub enum Reason {
     Shared(Arc<str>),
 }
 
+impl Reason {
+    /// The text, borrowed: audit annotations write it without building a string.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Reason::Static(s) => s,
+            Reason::Shared(s) => s,
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Reason::Static(s) => f.write_str(s),
-            Reason::Shared(s) => f.write_str(s),
-        }
+        f.write_str(self.as_str())
     }
 }
 
@@ -188,181 +195,5 @@ impl AuthorizerChain {
             Some(e) => Err(e),
             None => Ok((last, None)),
         }
-    }
-}
-
-/// The outcome of the kubelet's loop over a request's attribute list.
-#[derive(Debug, Clone)]
-pub enum RequestDecision {
-    /// Allowed on `subresource` by `authorizer` for `reason`.
-    Allowed {
-        /// The subresource whose attributes were allowed.
-        subresource: &'static str,
-        /// The authorizer that allowed.
-        authorizer: &'static str,
-        /// Its reason.
-        reason: Reason,
-    },
-    /// No attribute set was allowed: 403. `reason` is the last decision's reason.
-    Forbidden {
-        /// The last authorizer reason seen, for logs.
-        reason: Reason,
-    },
-    /// Authorizing `subresource` failed: 500, and the remaining attribute sets were not tried.
-    Error {
-        /// The subresource whose authorization failed.
-        subresource: &'static str,
-        /// What failed.
-        error: AuthorizationError,
-    },
-}
-
-/// The kubelet's authorization loop (kubernetes v1.33 `pkg/kubelet/server/server.go`
-/// `InstallAuthFilter`): each attribute set in order; only `Allow`
-/// stops it, `Deny` and `NoOpinion` both move on to the next set, and an error ends it at once.
-pub async fn authorize_request(
-    chain: &AuthorizerChain,
-    request: &KubeletAttributes,
-    user: &User,
-    node_name: &str,
-    path: &str,
-) -> RequestDecision {
-    let mut reason = Reason::Static("no attributes");
-    for subresource in request.subresources.iter() {
-        let attrs = Attributes {
-            user,
-            verb: request.verb,
-            subresource,
-            name: node_name,
-            path,
-        };
-        match chain.authorize(&attrs).await {
-            Ok((Decision::Allow(why), authorizer)) => {
-                return RequestDecision::Allowed {
-                    subresource,
-                    authorizer: authorizer.unwrap_or_default(),
-                    reason: why,
-                };
-            }
-            Ok((Decision::Deny(why) | Decision::NoOpinion(why), _)) => reason = why,
-            Err(error) => return RequestDecision::Error { subresource, error },
-        }
-    }
-    RequestDecision::Forbidden { reason }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::authz::attributes::{AttributeMapping, kubelet_attributes};
-    use http::Method;
-
-    const PROXY_ONLY: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: proxy-reader}
-rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: alice-proxy}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-reader}
-subjects: [{kind: User, name: alice}]
-"#;
-
-    fn user(name: &str, groups: &[&str]) -> User {
-        User {
-            name: name.into(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-            ..User::default()
-        }
-    }
-
-    fn decide(chain: &AuthorizerChain, user: &User, method: Method, path: &str) -> RequestDecision {
-        let attrs = kubelet_attributes(&AttributeMapping::default(), &method, path);
-        block_on(authorize_request(chain, &attrs, user, "node-a", path))
-    }
-
-    fn block_on<F: std::future::Future>(future: F) -> F::Output {
-        tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("a current-thread runtime")
-            .block_on(future)
-    }
-
-    #[test]
-    fn always_deny_has_no_opinion_so_a_later_allow_wins() {
-        let chain = AuthorizerChain::new(vec![Authorizer::AlwaysDeny, Authorizer::AlwaysAllow]);
-        let decision = decide(&chain, &user("bob", &[]), Method::GET, "/pods");
-        assert!(
-            matches!(
-                decision,
-                RequestDecision::Allowed {
-                    subresource: "pods",
-                    authorizer: "AlwaysAllow",
-                    ..
-                }
-            ),
-            "{decision:?}"
-        );
-        let only_deny = AuthorizerChain::new(vec![Authorizer::AlwaysDeny]);
-        match decide(&only_deny, &user("bob", &[]), Method::GET, "/pods") {
-            RequestDecision::Forbidden { reason } => {
-                assert_eq!(reason, Reason::Static("Everything is forbidden."));
-            }
-            other => panic!("expected Forbidden, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn an_explicit_deny_stops_the_chain_before_a_later_allow() {
-        let chain = AuthorizerChain::new(vec![
-            Authorizer::Node(NodeAuthorizer),
-            Authorizer::AlwaysAllow,
-        ]);
-        let other_node = user("system:node:node-b", &["system:nodes"]);
-        assert!(matches!(
-            decide(&chain, &other_node, Method::GET, "/healthz"),
-            RequestDecision::Forbidden { .. }
-        ));
-        let own_node = user("system:node:node-a", &["system:nodes"]);
-        assert!(matches!(
-            decide(&chain, &own_node, Method::GET, "/healthz"),
-            RequestDecision::Allowed { .. }
-        ));
-    }
-
-    #[test]
-    fn the_loop_falls_back_to_proxy_and_reports_which_subresource_allowed() {
-        let policy = Reloadable::load("policy", Vec::new(), |_| {
-            PolicyAuthorizer::from_sources(&[("p.yaml".into(), PROXY_ONLY.into())])
-                .map_err(|e| e.to_string())
-        })
-        .expect("policy loads");
-        let chain = AuthorizerChain::new(vec![Authorizer::Policy(Arc::new(policy))]);
-        let alice = user("alice", &[]);
-        match decide(&chain, &alice, Method::GET, "/pods") {
-            RequestDecision::Allowed {
-                subresource,
-                authorizer,
-                reason,
-            } => {
-                assert_eq!((subresource, authorizer), ("proxy", "Policy"));
-                assert_eq!(
-                    reason.to_string(),
-                    r#"RBAC: allowed by ClusterRoleBinding "alice-proxy" of ClusterRole "proxy-reader" to User "alice""#
-                );
-            }
-            other => panic!("expected Allowed, got {other:?}"),
-        }
-        // The exec hardening: a WebSocket GET to /exec needs `create`, which alice lacks.
-        assert!(matches!(
-            decide(&chain, &alice, Method::GET, "/exec/ns/pod/ctr"),
-            RequestDecision::Forbidden { .. }
-        ));
-        assert!(matches!(
-            decide(&chain, &user("bob", &[]), Method::GET, "/pods"),
-            RequestDecision::Forbidden { .. }
-        ));
     }
 }
