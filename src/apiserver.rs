@@ -35,18 +35,65 @@ const MAX_ATTEMPTS: u32 = 5;
 /// First backoff step (Duration: 500 ms), multiplied by 1.5 each step.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 
-/// The client could not be built from the kubeconfig or the in-cluster service account.
+/// The client could not be built from the kubeconfig or the in-cluster service account. Each
+/// variant keeps kube's error as its source, so the cause (a missing file, a bad certificate in
+/// the kubeconfig, no service account token) stays distinguishable.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiClientError {
     /// The kubeconfig could not be read or used.
     #[error("{0}")]
-    Kubeconfig(String),
+    Kubeconfig(#[source] kube::config::KubeconfigError),
     /// No kubeconfig was given and the in-cluster configuration is not available.
     #[error("no --kubeconfig given and not running in a cluster ({0})")]
-    InCluster(String),
+    InCluster(#[source] kube::config::InClusterError),
     /// The HTTP client could not be built.
     #[error("building the API server client: {0}")]
-    Client(String),
+    Client(#[source] kube::Error),
+}
+
+/// How to reach the API server, read from a kubeconfig or the in-cluster service account: the
+/// files are read here, and nothing is connected or started.
+#[derive(Clone)]
+pub struct ApiServerSettings {
+    kubeconfig: Option<std::path::PathBuf>,
+    config: kube::Config,
+    timeout: Duration,
+}
+
+impl ApiServerSettings {
+    /// Reads `kubeconfig` (or the in-cluster configuration when `None`); every attempt is bounded
+    /// by `timeout`.
+    pub async fn read(
+        kubeconfig: Option<&Path>,
+        timeout: Duration,
+    ) -> Result<ApiServerSettings, ApiClientError> {
+        let mut config = match kubeconfig {
+            Some(path) => {
+                let file = Kubeconfig::read_from(path).map_err(ApiClientError::Kubeconfig)?;
+                kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+                    .await
+                    .map_err(ApiClientError::Kubeconfig)?
+            }
+            None => kube::Config::incluster().map_err(ApiClientError::InCluster)?,
+        };
+        // kube's own retry layer would re-send 429/503/504 answers inside each of our attempts,
+        // multiplying calls and retrying what the kubelet treats as final; ours is the only one.
+        config.default_retry = false;
+        config.connect_timeout = Some(timeout);
+        config.read_timeout = Some(timeout);
+        config.write_timeout = Some(timeout);
+        Ok(ApiServerSettings {
+            kubeconfig: kubeconfig.map(Path::to_owned),
+            config,
+            timeout,
+        })
+    }
+
+    /// What a client is shared by: TokenReview and the webhooks with the same kubeconfig (`None`
+    /// for in-cluster) and timeout use one client, its connection pool and its review bounds.
+    pub fn sharing_key(&self) -> (Option<&Path>, Duration) {
+        (self.kubeconfig.as_deref(), self.timeout)
+    }
 }
 
 /// One review call failed (after the retries it deserved). The text names the cause, never the
@@ -103,36 +150,17 @@ impl std::fmt::Debug for ApiServerClient {
 }
 
 impl ApiServerClient {
-    /// Builds the client from `kubeconfig` (its current context; client certificate or token
-    /// credentials), or from the in-cluster service account when `kubeconfig` is `None`.
-    /// `timeout` bounds each attempt: connecting, sending, and reading the whole answer.
-    /// `max_inflight` reviews of each kind are made at once; others wait up to `timeout`.
-    pub async fn new(
-        kubeconfig: Option<&Path>,
-        timeout: Duration,
+    /// Builds the client and the gates on reviews in flight (`max_inflight` of each kind); no
+    /// connection is opened until the first review.
+    pub fn new(
+        settings: ApiServerSettings,
         max_inflight: usize,
         metrics: Arc<Metrics>,
     ) -> Result<ApiServerClient, ApiClientError> {
-        let mut config = match kubeconfig {
-            Some(path) => {
-                let file = Kubeconfig::read_from(path)
-                    .map_err(|e| ApiClientError::Kubeconfig(e.to_string()))?;
-                kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                    .await
-                    .map_err(|e| ApiClientError::Kubeconfig(e.to_string()))?
-            }
-            None => {
-                kube::Config::incluster().map_err(|e| ApiClientError::InCluster(e.to_string()))?
-            }
-        };
-        // kube's own retry layer would re-send 429/503/504 answers inside each of our attempts,
-        // multiplying calls and retrying what the kubelet treats as final; ours is the only one.
-        config.default_retry = false;
-        config.connect_timeout = Some(timeout);
-        config.read_timeout = Some(timeout);
-        config.write_timeout = Some(timeout);
-        let client =
-            kube::Client::try_from(config).map_err(|e| ApiClientError::Client(e.to_string()))?;
+        let ApiServerSettings {
+            config, timeout, ..
+        } = settings;
+        let client = kube::Client::try_from(config).map_err(ApiClientError::Client)?;
         let gate = |kind| ReviewGate::new(kind, max_inflight, timeout, Arc::clone(&metrics));
         let gates = Arc::new([
             gate(ReviewKind::TokenReview),

@@ -11,12 +11,13 @@ use http::{Method, Response};
 use http_body_util::BodyExt;
 use serde::Serialize;
 
-use crate::Config;
+use crate::assemble::decider_for_explain;
 use crate::authn::{ANONYMOUS_USER, Authentication, UNAUTHENTICATED_GROUP, User};
 use crate::authz::attributes::{AttributeMapping, kubelet_verbs};
 use crate::authz::policy::PolicyRole;
 use crate::authz::rbac::PolicyRule;
 use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, Decision};
+use crate::config::AuthorizationSettings;
 use crate::config::flags::ProxyFlags;
 use crate::decision::{Decider, Observer, Verdict};
 use crate::metrics::Outcome;
@@ -135,17 +136,15 @@ impl ExplainArgs {
 /// Loads the configuration as the server does, explains the request, prints the answer and
 /// returns the exit status ([`EXIT_ALLOWED`], [`EXIT_NOT_ALLOWED`], [`EXIT_ERROR`]).
 pub async fn run(args: &ExplainArgs) -> u8 {
-    let config = match Config::check(&args.flags).await {
-        Ok(config) => config,
+    let loaded = AuthorizationSettings::load(&args.flags)
+        .await
+        .and_then(decider_for_explain);
+    let decider = match loaded {
+        Ok(decider) => decider,
         Err(e) => {
             eprintln!("kubelet-auth-proxy: {e}");
             return EXIT_ERROR;
         }
-    };
-    let decider = Decider {
-        authorizers: config.authorizers,
-        mapping: config.mapping,
-        node_name: Arc::from(config.node_name),
     };
     let explanation = explain(&decider, &args.method, &args.path, &args.user()).await;
     let document = match args.output {

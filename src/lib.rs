@@ -32,6 +32,7 @@
 
 pub mod admin;
 pub mod apiserver;
+pub mod assemble;
 pub mod audit;
 pub mod authn;
 pub mod authz;
@@ -54,12 +55,13 @@ pub mod systemd;
 mod test_data;
 pub mod tls;
 
-pub use config::{Config, ConfigError};
+pub use assemble::{Services, assemble};
+pub use config::{ConfigError, Settings};
 pub use server::{RunningProxy, start};
 
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully, telling systemd (when it started
 /// the proxy as a `Type=notify` service) when serving begins and when draining starts.
-pub async fn run(config: Config) -> std::io::Result<()> {
+pub async fn run(config: Services) -> std::io::Result<()> {
     let proxy = start(config).await?;
     if let Err(e) = systemd::notify_ready() {
         tracing::warn!(error = %e, "cannot tell systemd the proxy is ready");

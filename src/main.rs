@@ -11,7 +11,7 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use clap_complete::Shell;
 use kubelet_auth_proxy::config::file;
 use kubelet_auth_proxy::config::flags::{LogFormat, ProxyFlags};
-use kubelet_auth_proxy::{Config, demo, explain};
+use kubelet_auth_proxy::{Settings, demo, explain};
 use tracing_subscriber::EnvFilter;
 
 /// `--version` text: the release and the commit it was built from (set by `build.rs`), so a bug
@@ -219,13 +219,13 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         Some(Command::CheckConfig(args)) => {
             init_logging(args.flags.log_format, args.flags.verbosity, "info");
-            match runtime.block_on(Config::check(&args.flags)) {
-                Ok(config) => {
+            match runtime.block_on(Settings::load(&args.flags)) {
+                Ok(settings) => {
                     println!(
                         "kubelet-auth-proxy: configuration is valid: serving {} for node {:?}, authorizers {}",
-                        config.listen_address,
-                        config.node_name,
-                        config.authorizers.names()
+                        settings.listen_address,
+                        settings.authorization.node_name,
+                        settings.authorization.names()
                     );
                     Ok(ExitCode::SUCCESS)
                 }
@@ -256,7 +256,13 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         None => {
             init_logging(cli.flags.log_format, cli.flags.verbosity, "info");
-            let config = match runtime.block_on(Config::load(&cli.flags)) {
+            // Inside the runtime: the API server clients start their tasks as they are built.
+            let loaded = runtime.block_on(async {
+                Settings::load(&cli.flags)
+                    .await
+                    .and_then(kubelet_auth_proxy::assemble)
+            });
+            let config = match loaded {
                 Ok(config) => config,
                 Err(e) => {
                     eprintln!("kubelet-auth-proxy: {e}");

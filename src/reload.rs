@@ -66,6 +66,35 @@ impl<T> Reloadable<T> {
     }
 }
 
+/// Every reloadable value of a configuration, in the order it was loaded. A value built from
+/// another (the serving configuration advertises the client CA's names) can only be loaded after
+/// it, so the order of loading is the order of dependencies, and reloads follow it: nobody keeps
+/// that order by hand.
+#[derive(Default)]
+pub struct ReloadRegistry {
+    targets: Vec<Arc<dyn ReloadTarget>>,
+}
+
+impl ReloadRegistry {
+    /// [`Reloadable::load`], recording the value as the registry's next target.
+    pub fn load<T: Send + Sync + 'static>(
+        &mut self,
+        target: &'static str,
+        paths: Vec<PathBuf>,
+        build: impl Fn(&[PathBuf]) -> Result<T, String> + Send + Sync + 'static,
+    ) -> Result<Arc<Reloadable<T>>, String> {
+        let value = Arc::new(Reloadable::load(target, paths, build)?);
+        self.targets
+            .push(Arc::clone(&value) as Arc<dyn ReloadTarget>);
+        Ok(value)
+    }
+
+    /// The targets in the order they were loaded.
+    pub fn into_targets(self) -> Vec<Arc<dyn ReloadTarget>> {
+        self.targets
+    }
+}
+
 /// What a reload check did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Reload {

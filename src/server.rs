@@ -31,13 +31,13 @@ use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
 
 use crate::admin;
+use crate::assemble::Services;
 use crate::audit::refusals::RefusalSampler;
 use crate::audit::{
     AuditEvent, AuditId, AuditLog, Authorization as AuditAuthorization, ObjectRef, Stage,
 };
 use crate::authn::User;
 use crate::authn::{Authenticator, ConnectionIdentity};
-use crate::config::Config;
 use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended};
 use crate::decision::{Decider, Judgement, Refusal, RequestDecision, Unobserved, Verdict};
 use crate::held_body::Holding;
@@ -104,8 +104,8 @@ impl RunningProxy {
 }
 
 /// Binds both listeners and starts serving.
-pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
-    // The budget of Config::load counts on the hard limit; make it the one in force.
+pub async fn start(config: Services) -> std::io::Result<RunningProxy> {
+    // The budget of Settings::load counts on the hard limit; make it the one in force.
     match crate::descriptors::raise_soft_limit() {
         Ok(limit) => debug!(limit, "open-file limit"),
         Err(e) => warn!(error = %e, "cannot raise the open-file limit to its hard limit"),
@@ -139,15 +139,11 @@ pub async fn start(config: Config) -> std::io::Result<RunningProxy> {
         .timer(TokioTimer::new())
         .max_concurrent_streams(250);
     let serving_tls = Arc::clone(&config.server_tls);
-    let watcher = crate::reload::FileWatcher::new(config.reload_targets);
+    let watcher = crate::reload::FileWatcher::new(config.reloads.into_targets());
     tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown_rx.clone()));
     let pipeline = Arc::new(Pipeline {
         authenticator: config.authenticator,
-        decider: Decider {
-            authorizers: config.authorizers,
-            mapping: config.mapping,
-            node_name: Arc::from(config.node_name),
-        },
+        decider: config.decider,
         forwarder: config.forwarder,
         metrics,
         audit: config.audit.clone(),

@@ -127,6 +127,17 @@ pub struct Authenticator {
 )]
 pub struct NoAuthenticationMethod;
 
+impl NoAuthenticationMethod {
+    /// The kubelet's start-up rule: at least one of x509, tokens and anonymous must be on.
+    pub fn check(x509: bool, tokens: bool, anonymous: bool) -> Result<(), NoAuthenticationMethod> {
+        if x509 || tokens || anonymous {
+            Ok(())
+        } else {
+            Err(NoAuthenticationMethod)
+        }
+    }
+}
+
 impl Authenticator {
     /// Builds the chain; refuses a configuration in which every request would be a 401.
     pub fn new(
@@ -134,9 +145,7 @@ impl Authenticator {
         tokens: Option<Arc<TokenReviewAuthenticator>>,
         anonymous: bool,
     ) -> Result<Authenticator, NoAuthenticationMethod> {
-        if x509.is_none() && tokens.is_none() && !anonymous {
-            return Err(NoAuthenticationMethod);
-        }
+        NoAuthenticationMethod::check(x509.is_some(), tokens.is_some(), anonymous)?;
         Ok(Authenticator {
             x509,
             tokens,

@@ -117,15 +117,11 @@ struct PolicyConfig {
 
 /// Reads and validates the file into the authorizer chain it describes.
 pub fn load(path: &Path) -> Result<Vec<AuthorizerSpec>, ConfigError> {
-    let error = |reason: String| ConfigError::File {
-        flag: FLAG,
-        path: path.to_owned(),
-        reason,
-    };
+    let error = |reason: String| super::file_error(FLAG, path, reason);
     let text = super::file::read_text(FLAG, path)?;
     let config: AuthorizationConfiguration =
         serde_saphyr::from_str_with_options(&text, serde_saphyr::options! { with_snippet: false })
-            .map_err(|e| error(e.to_string()))?;
+            .map_err(|e| super::file_cause(FLAG, path, e))?;
     if !matches!(
         config.api_version.as_str(),
         "apiserver.config.k8s.io/v1"

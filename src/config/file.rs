@@ -12,8 +12,8 @@ use clap::{ArgAction, ArgMatches, Command};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::ConfigError;
 use super::duration::parse_go_duration;
+use super::{ConfigError, file_error};
 
 /// `apiVersion` of the proxy's configuration file.
 pub const PROXY_CONFIG_API_VERSION: &str = "kubelet-auth-proxy/v1alpha1";
@@ -21,14 +21,6 @@ pub const PROXY_CONFIG_API_VERSION: &str = "kubelet-auth-proxy/v1alpha1";
 pub const PROXY_CONFIG_KIND: &str = "ProxyConfiguration";
 /// Largest configuration file read.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
-
-fn file_error(flag: &'static str, path: &Path, reason: impl Into<String>) -> ConfigError {
-    ConfigError::File {
-        flag,
-        path: path.to_owned(),
-        reason: reason.into(),
-    }
-}
 
 /// Reads and parses a YAML (or JSON) mapping, with the flag and file in every error.
 fn read_mapping(flag: &'static str, path: &Path) -> Result<Map<String, Value>, ConfigError> {

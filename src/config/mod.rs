@@ -1,12 +1,15 @@
-//! Configuration: flags parsed by clap ([`flags`]), then validated and loaded (certificates, keys,
-//! policies) into one typed [`Config`]. Every problem is a [`ConfigError`] that names the flag and,
-//! for files, the path, so `main` can print one clear line and exit with status 2.
+//! Configuration: flags parsed by clap ([`flags`]), then validated and read into [`Settings`].
+//! Reading files is the only I/O here: nothing is created, written, removed, connected or started,
+//! so `check-config` and `explain` can use this freely; [`crate::assemble`] turns settings into the
+//! running services. Every problem is a [`ConfigError`] that names the flag and, for files, the
+//! path, so `main` can print one clear line and exit with status 2.
 
 pub mod authorization;
 pub mod duration;
 pub mod file;
 pub mod flags;
 
+use std::error::Error as StdError;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,23 +18,21 @@ use std::time::Duration;
 use http::uri::{Authority, Uri};
 use rustls::pki_types::ServerName;
 
-use crate::apiserver::ApiServerClient;
-use crate::audit::{self, AuditLog, AuditOptions, AuditTarget, Rotation};
-use crate::authn::Authenticator;
-use crate::authn::token::TokenReviewAuthenticator;
-use crate::authn::x509::{ClientCa, X509Authenticator};
+use crate::apiserver::{ApiClientError, ApiServerSettings};
+use crate::audit::{self, AuditOptions, AuditTarget, Rotation};
+use crate::authn::NoAuthenticationMethod;
+use crate::authn::x509::ClientCa;
 use crate::authz::attributes::AttributeMapping;
-use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
-use crate::authz::webhook::SubjectAccessReviewAuthorizer;
-use crate::authz::{Authorizer, AuthorizerChain};
 use crate::descriptors;
-use crate::metrics::Metrics;
-use crate::proxy::{ForwardOptions, Forwarder, UpstreamTarget};
-use crate::reload::{ReloadTarget, Reloadable};
+use crate::proxy::{UpstreamEndpoint, UpstreamTarget};
+use crate::reload::{ReloadRegistry, ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
 use authorization::{AuthorizerSpec, FailurePolicy, WebhookSpec};
 use flags::{AuthorizationMode, ProxyFlags};
+
+/// The cause of a configuration problem, kept so that callers can tell one failure from another.
+pub type Cause = Box<dyn StdError + Send + Sync>;
 
 /// A configuration problem, reported before anything is served.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +44,9 @@ pub enum ConfigError {
         flag: &'static str,
         /// What is wrong.
         reason: String,
+        /// The underlying error, when a library reported one.
+        #[source]
+        source: Option<Cause>,
     },
     /// A file named by a flag is missing, unreadable or malformed.
     #[error("{flag} {}: {reason}", path.display())]
@@ -53,6 +57,9 @@ pub enum ConfigError {
         path: PathBuf,
         /// What is wrong.
         reason: String,
+        /// The underlying error, when a library reported one.
+        #[source]
+        source: Option<Cause>,
     },
 }
 
@@ -60,19 +67,48 @@ fn flag_error(flag: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Flag {
         flag,
         reason: reason.into(),
+        source: None,
     }
 }
 
-fn file_error(flag: &'static str, path: &Path, reason: impl Into<String>) -> ConfigError {
+pub(crate) fn file_error(
+    flag: &'static str,
+    path: &Path,
+    reason: impl Into<String>,
+) -> ConfigError {
     ConfigError::File {
         flag,
         path: path.to_owned(),
         reason: reason.into(),
+        source: None,
     }
 }
 
-/// Everything the server needs, validated and loaded.
-pub struct Config {
+/// A flag whose value a library refused, with its error kept as the source.
+fn flag_cause(flag: &'static str, cause: impl StdError + Send + Sync + 'static) -> ConfigError {
+    ConfigError::Flag {
+        flag,
+        reason: cause.to_string(),
+        source: Some(Box::new(cause)),
+    }
+}
+
+/// A file a library refused, with its error kept as the source.
+pub(crate) fn file_cause(
+    flag: &'static str,
+    path: &Path,
+    cause: impl StdError + Send + Sync + 'static,
+) -> ConfigError {
+    ConfigError::File {
+        flag,
+        path: path.to_owned(),
+        reason: cause.to_string(),
+        source: Some(Box::new(cause)),
+    }
+}
+
+/// Everything the server is configured with, validated, with every file it names read.
+pub struct Settings {
     /// Where the kubelet API is served.
     pub listen_address: SocketAddr,
     /// Where /healthz, /readyz and /metrics are served.
@@ -80,81 +116,137 @@ pub struct Config {
     /// Serving TLS, client certificates requested when x509 authentication is on; rebuilt when
     /// the certificate, key or client CA files change.
     pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
-    /// Who is calling.
-    pub authenticator: Authenticator,
-    /// May they do it.
-    pub authorizers: AuthorizerChain,
-    /// How requests map to attributes.
-    pub mapping: AttributeMapping,
-    /// The Node name of every attribute.
-    pub node_name: String,
-    /// The pooled client to the kubelet.
-    pub forwarder: Forwarder,
+    /// The CA bundle client certificates are verified against (`--client-ca-file`).
+    pub client_ca: Option<Arc<Reloadable<ClientCa>>>,
+    /// Bearer tokens checked with TokenReview (`--authentication-token-webhook`).
+    pub token_review: Option<TokenReviewSettings>,
+    /// Anonymous requests allowed (`--anonymous-auth`).
+    pub anonymous_auth: bool,
+    /// The authorizer chain, the attribute table and the Node name.
+    pub authorization: AuthorizationSettings,
+    /// The kubelet and how requests reach it.
+    pub upstream: UpstreamSettings,
     /// Handshake and request-header deadline.
     pub header_read_timeout: Duration,
     /// Time a connection may stay open with nothing in flight.
     pub idle_connection_timeout: Duration,
-    /// Most connections served at once.
+    /// Most connections served at once, fitted to the open-file limit.
     pub max_connections: u32,
     /// Time given to in-flight requests at shutdown.
     pub shutdown_grace_period: Duration,
-    /// The metrics every part records into.
-    pub metrics: Arc<Metrics>,
-    /// What to rebuild when files change, in dependency order.
-    pub reload_targets: Vec<Arc<dyn ReloadTarget>>,
-    /// Where audit events go, if anywhere.
-    pub audit: Option<AuditLog>,
+    /// Where audit events go, if anywhere; checked, not opened.
+    pub audit: Option<AuditSettings>,
     /// Refuse exec, attach and portForward while their audit event cannot be written.
     pub audit_require_for_streams: bool,
+    /// The files watched for changes, in the order their values were loaded.
+    pub reloads: ReloadRegistry,
 }
 
-/// What a configuration is loaded for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Purpose {
-    /// Serving: the audit log is opened (created if missing, old backups pruned) and its writer
-    /// started.
-    Serve,
-    /// Checking (`check-config`, `explain`): everything is read and validated, nothing on disk is
-    /// created, written or removed; the audit log's place is checked but not opened.
-    Check,
+/// TokenReview settings.
+pub struct TokenReviewSettings {
+    /// How to reach the API server.
+    pub apiserver: ApiServerSettings,
+    /// `--authentication-token-audiences`.
+    pub audiences: Vec<String>,
+    /// `--authentication-token-webhook-cache-ttl`.
+    pub cache_ttl: Duration,
 }
 
-impl Config {
-    /// Validates `flags` and loads every file they name, to serve. Builds the API server client
-    /// only when TokenReview or the Webhook mode needs it (it connects lazily, on the first
-    /// review).
-    pub async fn load(flags: &ProxyFlags) -> Result<Config, ConfigError> {
-        Config::load_for(flags, Purpose::Serve).await
-    }
+/// What `explain` needs, and part of what the server needs: the chain, the table, the node.
+pub struct AuthorizationSettings {
+    /// The authorizers in the order they are asked.
+    pub authorizers: Vec<AuthorizerSettings>,
+    /// How requests map to attributes.
+    pub mapping: AttributeMapping,
+    /// The Node name of every attribute.
+    pub node_name: String,
+    /// `--apiserver-max-reviews-inflight`, for every API server client.
+    pub apiserver_max_reviews_inflight: usize,
+}
 
-    /// [`Config::load`] without side effects on disk, for commands that only read or validate.
-    pub async fn check(flags: &ProxyFlags) -> Result<Config, ConfigError> {
-        Config::load_for(flags, Purpose::Check).await
-    }
+/// One authorizer of the chain, its files read.
+pub enum AuthorizerSettings {
+    /// Allows everything.
+    AlwaysAllow,
+    /// No opinion on anything.
+    AlwaysDeny,
+    /// Node identities only on their own node.
+    Node,
+    /// Local RBAC rules, loaded (and reloaded when their files change).
+    Policy(Arc<Reloadable<PolicyAuthorizer>>),
+    /// SubjectAccessReview.
+    Webhook {
+        /// Its name, TTLs and failure policy.
+        spec: WebhookSpec,
+        /// How to reach the API server (boxed: a kube configuration is large, and the chain
+        /// is mostly other authorizers).
+        apiserver: Box<ApiServerSettings>,
+    },
+}
 
-    async fn load_for(flags: &ProxyFlags, purpose: Purpose) -> Result<Config, ConfigError> {
-        let metrics = Arc::new(Metrics::new());
-        let specs = authorizer_specs(flags)?;
-        let mut clients = ApiServerClients::new(
-            Arc::clone(&metrics),
-            flags.apiserver_max_reviews_inflight as usize,
-        );
-        let token_client = if flags.authentication_token_webhook {
-            Some(
-                clients
-                    .get(flags.kubeconfig.as_deref(), flags.apiserver_request_timeout)
-                    .await
-                    .map_err(|e| kubeconfig_error(flags, e))?,
-            )
-        } else {
-            None
-        };
+impl AuthorizerSettings {
+    /// The mode name, as written in `--authorization-mode`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AuthorizerSettings::AlwaysAllow => "AlwaysAllow",
+            AuthorizerSettings::AlwaysDeny => "AlwaysDeny",
+            AuthorizerSettings::Node => "Node",
+            AuthorizerSettings::Policy(_) => "Policy",
+            AuthorizerSettings::Webhook { .. } => "Webhook",
+        }
+    }
+}
+
+/// The kubelet, resolved, and the bounds on requests to it.
+pub struct UpstreamSettings {
+    /// Where and how to connect.
+    pub endpoint: UpstreamEndpoint,
+    /// `--forward-identity-headers`.
+    pub forward_identity_headers: bool,
+    /// `--upstream-connect-timeout`.
+    pub connect_timeout: Duration,
+    /// `--streaming-connection-idle-timeout`.
+    pub streaming_idle_timeout: Duration,
+    /// `--upstream-max-requests-inflight`.
+    pub max_requests_inflight: usize,
+    /// `--upstream-max-requests-inflight-per-user`.
+    pub max_requests_inflight_per_user: usize,
+}
+
+/// The audit log, checked but not opened.
+pub struct AuditSettings {
+    /// A file or standard output.
+    pub target: AuditTarget,
+    /// Rotation and truncation.
+    pub options: AuditOptions,
+    /// `--audit-log-path` as given, for errors.
+    pub path: PathBuf,
+}
+
+impl Settings {
+    /// Validates `flags` and reads every file they name. Reads the kubeconfig only when
+    /// TokenReview or the Webhook mode needs it; nothing is connected.
+    pub async fn load(flags: &ProxyFlags) -> Result<Settings, ConfigError> {
         if !flags.authentication_token_audiences.is_empty() && !flags.authentication_token_webhook {
             return Err(flag_error(
                 "--authentication-token-audiences",
                 "given, but --authentication-token-webhook is off",
             ));
         }
+        let token_review = if flags.authentication_token_webhook {
+            Some(TokenReviewSettings {
+                apiserver: ApiServerSettings::read(
+                    flags.kubeconfig.as_deref(),
+                    flags.apiserver_request_timeout,
+                )
+                .await
+                .map_err(|e| kubeconfig_error(flags, e))?,
+                audiences: flags.authentication_token_audiences.clone(),
+                cache_ttl: flags.authentication_token_webhook_cache_ttl,
+            })
+        } else {
+            None
+        };
         let cert_path = flags
             .tls_cert_file
             .as_deref()
@@ -174,64 +266,120 @@ impl Config {
             tracing::warn!("--tls-cipher-suites has no effect with --tls-min-version=VersionTLS13");
         }
 
-        let mut reload_targets: Vec<Arc<dyn ReloadTarget>> = Vec::new();
+        let mut reloads = ReloadRegistry::default();
         let client_ca = match &flags.client_ca_file {
-            Some(path) => {
-                let ca = Reloadable::load("client_ca", vec![path.clone()], |paths| {
-                    ClientCa::from_pem_file(&paths[0]).map_err(|e| e.to_string())
-                })
-                .map_err(|e| file_error("--client-ca-file", path, e))?;
-                let ca = Arc::new(ca);
-                reload_targets.push(ca.clone());
-                Some(ca)
-            }
+            Some(path) => Some(
+                reloads
+                    .load("client_ca", vec![path.clone()], |paths| {
+                        ClientCa::from_pem_file(&paths[0]).map_err(|e| e.to_string())
+                    })
+                    .map_err(|e| file_error("--client-ca-file", path, e))?,
+            ),
             None => None,
         };
-        let server_tls = Arc::new(
-            serving_tls(
-                cert_path,
-                key_path,
-                min_version,
-                cipher_suites,
-                client_ca.clone(),
-            )
-            .map_err(|e| file_error("--tls-cert-file", cert_path, e))?,
-        );
-        reload_targets.push(server_tls.clone());
-        let tokens = match token_client {
-            Some(client) => Some(Arc::new(
-                TokenReviewAuthenticator::new(
-                    client,
-                    flags.authentication_token_audiences.clone(),
-                    flags.authentication_token_webhook_cache_ttl,
-                    Arc::clone(&metrics),
-                )
-                .map_err(|e| flag_error("--authentication-token-webhook", e.to_string()))?,
-            )),
-            None => None,
-        };
-        let authenticator = Authenticator::new(
-            client_ca.map(X509Authenticator::new),
-            tokens,
+        NoAuthenticationMethod::check(
+            client_ca.is_some(),
+            token_review.is_some(),
             flags.anonymous_auth,
         )
-        .map_err(|e| flag_error("--client-ca-file", e.to_string()))?;
+        .map_err(|e| flag_cause("--client-ca-file", e))?;
+        let server_tls = serving_tls(
+            &mut reloads,
+            cert_path,
+            key_path,
+            min_version,
+            cipher_suites,
+            client_ca.clone(),
+        )
+        .map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
+        let authorization = AuthorizationSettings::read(flags, &mut reloads).await?;
+        let apiserver_clients = apiserver_clients(token_review.as_ref(), &authorization);
+        let max_connections = descriptor_plan(flags, apiserver_clients)?;
 
+        Ok(Settings {
+            listen_address: flags.listen_address,
+            admin_listen_address: flags.admin_listen_address,
+            server_tls,
+            client_ca,
+            token_review,
+            anonymous_auth: flags.anonymous_auth,
+            authorization,
+            upstream: upstream(flags)?,
+            header_read_timeout: flags.header_read_timeout,
+            idle_connection_timeout: flags.idle_connection_timeout,
+            max_connections,
+            shutdown_grace_period: flags.shutdown_grace_period,
+            audit: audit_settings(flags)?,
+            audit_require_for_streams: flags.audit_log_require_for_streams,
+            reloads,
+        })
+    }
+}
+
+impl AuthorizationSettings {
+    /// Only what authorization depends on: `--authorization-mode` or `--authorization-config`,
+    /// the policy files, the attribute table flags and the Node name, and the kubeconfig only
+    /// when a Webhook is in the chain. `explain` runs on this alone.
+    pub async fn load(flags: &ProxyFlags) -> Result<AuthorizationSettings, ConfigError> {
+        AuthorizationSettings::read(flags, &mut ReloadRegistry::default()).await
+    }
+
+    async fn read(
+        flags: &ProxyFlags,
+        reloads: &mut ReloadRegistry,
+    ) -> Result<AuthorizationSettings, ConfigError> {
         let node_name = match &flags.node_name {
             Some(name) if !name.trim().is_empty() => name.trim().to_owned(),
             Some(_) => return Err(flag_error("--node-name", "must not be empty")),
             None => default_node_name().map_err(|e| flag_error("--node-name", e))?,
         };
-
-        let authorizers =
-            build_authorizers(flags, specs, &mut clients, &metrics, &mut reload_targets).await?;
-        let max_connections = descriptor_plan(flags, clients.built.len())?;
-
-        Ok(Config {
-            listen_address: flags.listen_address,
-            admin_listen_address: flags.admin_listen_address,
-            server_tls,
-            authenticator,
+        let mut authorizers = Vec::new();
+        for spec in authorizer_specs(flags)? {
+            authorizers.push(match spec {
+                AuthorizerSpec::AlwaysAllow => AuthorizerSettings::AlwaysAllow,
+                AuthorizerSpec::AlwaysDeny => AuthorizerSettings::AlwaysDeny,
+                AuthorizerSpec::Node => AuthorizerSettings::Node,
+                AuthorizerSpec::Policy(files) => {
+                    let flag = if flags.authorization_config.is_some() {
+                        "--authorization-config"
+                    } else {
+                        "--authorization-policy-file"
+                    };
+                    let policy = reloads
+                        .load("policy", files, |paths| {
+                            PolicyAuthorizer::load(paths).map_err(|e| e.to_string())
+                        })
+                        .map_err(|e| flag_error(flag, e))?;
+                    let stats = policy.current().stats();
+                    tracing::info!(
+                        cluster_roles = stats.cluster_roles,
+                        cluster_role_bindings = stats.cluster_role_bindings,
+                        rules = stats.rules,
+                        "loaded local policy"
+                    );
+                    AuthorizerSettings::Policy(policy)
+                }
+                AuthorizerSpec::Webhook(spec) => {
+                    let apiserver =
+                        ApiServerSettings::read(spec.kubeconfig.as_deref(), spec.timeout)
+                            .await
+                            .map_err(|e| match &flags.authorization_config {
+                                Some(path) => ConfigError::File {
+                                    flag: "--authorization-config",
+                                    path: path.clone(),
+                                    reason: format!("authorizer {:?}: {e}", spec.name),
+                                    source: Some(Box::new(e)),
+                                },
+                                None => kubeconfig_error(flags, e),
+                            })?;
+                    AuthorizerSettings::Webhook {
+                        spec,
+                        apiserver: Box::new(apiserver),
+                    }
+                }
+            });
+        }
+        Ok(AuthorizationSettings {
             authorizers,
             mapping: AttributeMapping {
                 fine_grained: flags.fine_grained_authz,
@@ -239,30 +387,50 @@ impl Config {
                 standalone_statusz_flagz: flags.standalone_statusz_flagz,
             },
             node_name,
-            forwarder: forwarder(flags, &metrics)?,
-            header_read_timeout: flags.header_read_timeout,
-            idle_connection_timeout: flags.idle_connection_timeout,
-            max_connections,
-            shutdown_grace_period: flags.shutdown_grace_period,
-            audit: audit_log(flags, &metrics, purpose)?,
-            audit_require_for_streams: flags.audit_log_require_for_streams,
-            metrics,
-            reload_targets,
+            apiserver_max_reviews_inflight: flags.apiserver_max_reviews_inflight as usize,
         })
+    }
+
+    /// The authorizers' mode names, in order, e.g. `Node,Policy,Webhook`.
+    pub fn names(&self) -> String {
+        let names: Vec<&str> = self
+            .authorizers
+            .iter()
+            .map(AuthorizerSettings::name)
+            .collect();
+        names.join(",")
     }
 }
 
-/// Opens `--audit-log-path` (creating the file), so that a bad path stops the start-up.
-fn audit_log(
-    flags: &ProxyFlags,
-    metrics: &Metrics,
-    purpose: Purpose,
-) -> Result<Option<AuditLog>, ConfigError> {
+/// How many API server clients serving will build: TokenReview and the webhooks that share a
+/// kubeconfig and timeout share one (see [`crate::assemble`]).
+fn apiserver_clients(
+    token_review: Option<&TokenReviewSettings>,
+    authorization: &AuthorizationSettings,
+) -> usize {
+    let mut keys: Vec<(Option<&Path>, Duration)> = Vec::new();
+    let token = token_review.map(|t| t.apiserver.sharing_key());
+    let webhooks = authorization.authorizers.iter().filter_map(|a| match a {
+        AuthorizerSettings::Webhook { apiserver, .. } => Some(apiserver.sharing_key()),
+        _ => None,
+    });
+    for key in token.into_iter().chain(webhooks) {
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys.len()
+}
+
+/// Checks `--audit-log-path` and its rotation and truncation flags without creating, writing or
+/// removing anything: the directory must exist and be writable, and the file, if present, must be
+/// a regular file.
+fn audit_settings(flags: &ProxyFlags) -> Result<Option<AuditSettings>, ConfigError> {
     let Some(path) = &flags.audit_log_path else {
         return Ok(None);
     };
     let target = AuditTarget::from_flag(path.clone());
-    if matches!(target, AuditTarget::File(_)) {
+    if let AuditTarget::File(file) = &target {
         if flags.audit_log_maxsize == 0 {
             tracing::warn!(
                 "--audit-log-maxsize=0: the audit log is never rotated and can fill its disk"
@@ -272,18 +440,11 @@ fn audit_log(
                 "--audit-log-maxbackup=0: every rotated audit log is kept; together they can fill their disk"
             );
         }
+        audit::check_file_target(file).map_err(|e| file_cause("--audit-log-path", path, e))?;
     }
-    if purpose == Purpose::Check {
-        return match &target {
-            AuditTarget::Stdout => Ok(None),
-            AuditTarget::File(file) => audit::check_file_target(file)
-                .map(|()| None)
-                .map_err(|e| file_error("--audit-log-path", path, e.to_string())),
-        };
-    }
-    AuditLog::open(
+    Ok(Some(AuditSettings {
         target,
-        AuditOptions {
+        options: AuditOptions {
             rotation: Rotation {
                 max_size_mb: flags.audit_log_maxsize,
                 max_backups: flags.audit_log_maxbackup,
@@ -292,10 +453,8 @@ fn audit_log(
                 .audit_log_truncate_enabled
                 .then_some(flags.audit_log_truncate_max_event_size as usize),
         },
-        metrics.audit_dropped(),
-    )
-    .map(Some)
-    .map_err(|e| file_error("--audit-log-path", path, format!("cannot open: {e}")))
+        path: path.clone(),
+    }))
 }
 
 /// The kubelet's default node name: the hostname, lowercased.
@@ -330,55 +489,17 @@ fn descriptor_plan(flags: &ProxyFlags, apiserver_clients: usize) -> Result<u32, 
     Ok(plan.max_connections)
 }
 
-/// API server clients by kubeconfig and timeout, so that TokenReview and the webhooks that share
-/// a connection share one client (and its connection pool).
-struct ApiServerClients {
-    metrics: Arc<Metrics>,
-    /// `--apiserver-max-reviews-inflight`, for every client.
-    max_inflight: usize,
-    built: Vec<((Option<PathBuf>, Duration), ApiServerClient)>,
-}
-
-impl ApiServerClients {
-    fn new(metrics: Arc<Metrics>, max_inflight: usize) -> Self {
-        ApiServerClients {
-            metrics,
-            max_inflight,
-            built: Vec::new(),
-        }
-    }
-
-    async fn get(
-        &mut self,
-        kubeconfig: Option<&Path>,
-        timeout: Duration,
-    ) -> Result<ApiServerClient, crate::apiserver::ApiClientError> {
-        let key = (kubeconfig.map(Path::to_owned), timeout);
-        if let Some((_, client)) = self.built.iter().find(|(k, _)| *k == key) {
-            return Ok(client.clone());
-        }
-        let client = ApiServerClient::new(
-            kubeconfig,
-            timeout,
-            self.max_inflight,
-            Arc::clone(&self.metrics),
-        )
-        .await?;
-        self.built.push((key, client.clone()));
-        Ok(client)
-    }
-}
-
 /// A client error attributed to `--kubeconfig` (its file, or its absence).
-fn kubeconfig_error(flags: &ProxyFlags, e: crate::apiserver::ApiClientError) -> ConfigError {
+pub(crate) fn kubeconfig_error(flags: &ProxyFlags, e: ApiClientError) -> ConfigError {
     match &flags.kubeconfig {
-        Some(path) => file_error("--kubeconfig", path, e.to_string()),
-        None => flag_error(
-            "--kubeconfig",
-            format!(
+        Some(path) => file_cause("--kubeconfig", path, e),
+        None => ConfigError::Flag {
+            flag: "--kubeconfig",
+            reason: format!(
                 "{e}; the API server is needed by --authentication-token-webhook and --authorization-mode=Webhook"
             ),
-        ),
+            source: Some(Box::new(e)),
+        },
     }
 }
 
@@ -449,17 +570,18 @@ fn authorizer_specs(flags: &ProxyFlags) -> Result<Vec<AuthorizerSpec>, ConfigErr
 /// The serving configuration, rebuilt from the certificate, key and (for the advertised CA
 /// names) client CA files.
 fn serving_tls(
+    reloads: &mut ReloadRegistry,
     cert_path: &Path,
     key_path: &Path,
     min_version: ciphers::MinVersion,
     cipher_suites: Vec<rustls::SupportedCipherSuite>,
     client_ca: Option<Arc<Reloadable<ClientCa>>>,
-) -> Result<Reloadable<rustls::ServerConfig>, String> {
+) -> Result<Arc<Reloadable<rustls::ServerConfig>>, String> {
     let mut paths = vec![cert_path.to_owned(), key_path.to_owned()];
     if let Some(ca) = &client_ca {
         paths.extend(ca.paths().iter().cloned());
     }
-    Reloadable::load("serving_certificate", paths, move |paths| {
+    reloads.load("serving_certificate", paths, move |paths| {
         let cert_chain =
             tls::read_certs(&paths[0]).map_err(|e| format!("{}: {e}", paths[0].display()))?;
         let key = tls::read_key(&paths[1]).map_err(|e| format!("{}: {e}", paths[1].display()))?;
@@ -472,65 +594,6 @@ fn serving_tls(
             client_ca_hints: hints.as_deref(),
         })
     })
-}
-
-async fn build_authorizers(
-    flags: &ProxyFlags,
-    specs: Vec<AuthorizerSpec>,
-    clients: &mut ApiServerClients,
-    metrics: &Arc<Metrics>,
-    reload_targets: &mut Vec<Arc<dyn ReloadTarget>>,
-) -> Result<AuthorizerChain, ConfigError> {
-    let mut chain = Vec::with_capacity(specs.len());
-    for spec in specs {
-        chain.push(match spec {
-            AuthorizerSpec::AlwaysAllow => Authorizer::AlwaysAllow,
-            AuthorizerSpec::AlwaysDeny => Authorizer::AlwaysDeny,
-            AuthorizerSpec::Node => Authorizer::Node(NodeAuthorizer),
-            AuthorizerSpec::Policy(files) => {
-                let flag = if flags.authorization_config.is_some() {
-                    "--authorization-config"
-                } else {
-                    "--authorization-policy-file"
-                };
-                let policy = Reloadable::load("policy", files, |paths| {
-                    PolicyAuthorizer::load(paths).map_err(|e| e.to_string())
-                })
-                .map_err(|e| flag_error(flag, e))?;
-                let stats = policy.current().stats();
-                tracing::info!(
-                    cluster_roles = stats.cluster_roles,
-                    cluster_role_bindings = stats.cluster_role_bindings,
-                    rules = stats.rules,
-                    "loaded local policy"
-                );
-                let policy = Arc::new(policy);
-                reload_targets.push(policy.clone());
-                Authorizer::Policy(policy)
-            }
-            AuthorizerSpec::Webhook(webhook) => {
-                let client = clients
-                    .get(webhook.kubeconfig.as_deref(), webhook.timeout)
-                    .await
-                    .map_err(|e| match &flags.authorization_config {
-                        Some(path) => file_error(
-                            "--authorization-config",
-                            path,
-                            format!("authorizer {:?}: {e}", webhook.name),
-                        ),
-                        None => kubeconfig_error(flags, e),
-                    })?;
-                Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
-                    client,
-                    webhook.authorized_ttl,
-                    webhook.unauthorized_ttl,
-                    webhook.failure_policy,
-                    Arc::clone(metrics),
-                )))
-            }
-        });
-    }
-    Ok(AuthorizerChain::new(chain))
 }
 
 /// Parses `--upstream` into a target; only a bare scheme://host[:port] or unix:///path is accepted,
@@ -561,7 +624,8 @@ fn upstream_target(url: &str) -> Result<UpstreamTarget, String> {
     }
 }
 
-fn forwarder(flags: &ProxyFlags, metrics: &Metrics) -> Result<Forwarder, ConfigError> {
+/// The kubelet from `--upstream` and its TLS flags, resolved, with the bounds on requests to it.
+fn upstream(flags: &ProxyFlags) -> Result<UpstreamSettings, ConfigError> {
     if flags.upstream_max_requests_inflight_per_user > flags.upstream_max_requests_inflight {
         return Err(flag_error(
             "--upstream-max-requests-inflight-per-user",
@@ -635,24 +699,19 @@ fn forwarder(flags: &ProxyFlags, metrics: &Metrics) -> Result<Forwarder, ConfigE
     let server_name = match &flags.upstream_server_name {
         Some(name) => Some(
             ServerName::try_from(name.clone())
-                .map_err(|e| flag_error("--upstream-server-name", e.to_string()))?,
+                .map_err(|e| flag_cause("--upstream-server-name", e))?,
         ),
         None => None,
     };
-    Forwarder::new(
-        target,
-        tls,
-        server_name,
-        ForwardOptions {
-            forward_identity_headers: flags.forward_identity_headers,
-            connect_timeout: flags.upstream_connect_timeout,
-            streaming_idle_timeout: flags.streaming_connection_idle_timeout,
-            max_requests_inflight: flags.upstream_max_requests_inflight as usize,
-            max_requests_inflight_per_user: flags.upstream_max_requests_inflight_per_user as usize,
-            requests_in_flight: metrics.upstream_requests_in_flight(),
-        },
-    )
-    .map_err(|e| flag_error("--upstream", e.to_string()))
+    Ok(UpstreamSettings {
+        endpoint: UpstreamEndpoint::resolve(target, tls, server_name)
+            .map_err(|e| flag_cause("--upstream", e))?,
+        forward_identity_headers: flags.forward_identity_headers,
+        connect_timeout: flags.upstream_connect_timeout,
+        streaming_idle_timeout: flags.streaming_connection_idle_timeout,
+        max_requests_inflight: flags.upstream_max_requests_inflight as usize,
+        max_requests_inflight_per_user: flags.upstream_max_requests_inflight_per_user as usize,
+    })
 }
 
 /// Whether identity headers sent to `target` stay off the network or are encrypted: https, a unix

@@ -16,7 +16,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::config::flags::ProxyFlags;
-use crate::{Config, ConfigError};
+use crate::{ConfigError, Settings, assemble};
 use kubelet::StandInKubelet;
 use pki::{Authority, Usage};
 use tour::{Caller, send, steps};
@@ -204,7 +204,7 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
     )
     .map_err(|e| DemoError::Request(e.to_string()))?
     .flags;
-    let proxy = crate::start(Config::load(&flags).await?).await?;
+    let proxy = crate::start(assemble(Settings::load(&flags).await?)?).await?;
 
     println!("kubelet-auth-proxy demo");
     println!(

@@ -49,20 +49,25 @@ pub struct Forwarder {
     limits: Arc<UpstreamLimits>,
 }
 
-impl Forwarder {
-    /// Builds the forwarder and its (initially empty) connection pool; no connection is opened
-    /// yet, so a kubelet that is still starting is not an error here.
-    ///
-    /// `tls` is required for [`UpstreamTarget::Https`] and ignored otherwise. It must not offer
-    /// ALPN protocols other than `http/1.1` (none is best): the client only speaks HTTP/1.1.
-    /// `server_name` overrides the name the kubelet's certificate is verified against
-    /// (`--upstream-server-name`); by default it is the upstream host (DNS name or IP address).
-    pub fn new(
+/// The kubelet's address, resolved and validated (scheme, host and port, TLS server name, ALPN)
+/// without opening anything: what `check-config` can vouch for before a pool exists.
+pub struct UpstreamEndpoint {
+    scheme: Scheme,
+    authority: Authority,
+    endpoint: Endpoint,
+}
+
+impl UpstreamEndpoint {
+    /// Resolves `target`. `tls` is required for [`UpstreamTarget::Https`] and ignored otherwise.
+    /// It must not offer ALPN protocols other than `http/1.1` (none is best): the client only
+    /// speaks HTTP/1.1. `server_name` overrides the name the kubelet's certificate is verified
+    /// against (`--upstream-server-name`); by default it is the upstream host (DNS name or IP
+    /// address).
+    pub fn resolve(
         target: UpstreamTarget,
         tls: Option<Arc<rustls::ClientConfig>>,
         server_name: Option<ServerName<'static>>,
-        options: ForwardOptions,
-    ) -> Result<Forwarder, ProxyError> {
+    ) -> Result<UpstreamEndpoint, ProxyError> {
         let (scheme, authority, endpoint) = match target {
             UpstreamTarget::Https { authority } => {
                 let tls = tls.ok_or(ProxyError::MissingTlsConfig)?;
@@ -93,6 +98,34 @@ impl Forwarder {
                 Endpoint::Unix { path },
             ),
         };
+        Ok(UpstreamEndpoint {
+            scheme,
+            authority,
+            endpoint,
+        })
+    }
+}
+
+impl Forwarder {
+    /// [`UpstreamEndpoint::resolve`], then [`Forwarder::with_endpoint`].
+    pub fn new(
+        target: UpstreamTarget,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        server_name: Option<ServerName<'static>>,
+        options: ForwardOptions,
+    ) -> Result<Forwarder, ProxyError> {
+        let endpoint = UpstreamEndpoint::resolve(target, tls, server_name)?;
+        Ok(Forwarder::with_endpoint(endpoint, options))
+    }
+
+    /// Builds the forwarder and its (initially empty) connection pool; no connection is opened
+    /// yet, so a kubelet that is still starting is not an error here.
+    pub fn with_endpoint(upstream: UpstreamEndpoint, options: ForwardOptions) -> Forwarder {
+        let UpstreamEndpoint {
+            scheme,
+            authority,
+            endpoint,
+        } = upstream;
         // An `Authority` only holds visible ASCII, which is always a valid header value.
         let host = HeaderValue::from_str(authority.as_str())
             .expect("a URI authority is a valid header value");
@@ -103,7 +136,7 @@ impl Forwarder {
             .pool_max_idle_per_host(POOL_MAX_IDLE)
             .set_host(false)
             .build(connector);
-        Ok(Forwarder {
+        Forwarder {
             client,
             scheme,
             authority,
@@ -116,7 +149,7 @@ impl Forwarder {
                 options.connect_timeout,
                 options.requests_in_flight,
             )),
-        })
+        }
     }
 
     /// Forwards an authorized request and returns the kubelet's response.

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use error::{ForwardError, ProxyError};
-pub use forwarder::Forwarder;
+pub use forwarder::{Forwarder, UpstreamEndpoint};
 pub use limits::{Busy, Lease, Leased};
 pub use upgrade::StreamEnded;
 

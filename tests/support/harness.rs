@@ -1,6 +1,6 @@
 //! Starts what a scenario talks to: the stand-in kubelet (TLS, plain HTTP or a unix socket) and the
 //! real proxy in front of it, configured from a real command line exactly as an operator would
-//! (`ProxyFlags` → `Config::load` → `start`), on loopback ports chosen by the kernel.
+//! (`ProxyFlags` → `Settings::load` → `assemble` → `start`), on loopback ports chosen by the kernel.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use std::sync::Arc;
 use clap::Parser;
 use kubelet_auth_proxy::config::flags::ProxyFlags;
 use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
-use kubelet_auth_proxy::{Config, RunningProxy};
+use kubelet_auth_proxy::{RunningProxy, Settings, assemble};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
@@ -205,8 +205,9 @@ impl ProxySpec {
         args.extend(self.args);
 
         let flags = parse_flags(&args).unwrap_or_else(|e| panic!("flags {args:?}: {e}"));
-        let config = Config::load(&flags)
+        let config = Settings::load(&flags)
             .await
+            .and_then(assemble)
             .unwrap_or_else(|e| panic!("config {args:?}: {e}"));
         let proxy = within("starting the proxy", kubelet_auth_proxy::start(config))
             .await

@@ -1,0 +1,218 @@
+//! Settings → running services. The only code that builds the API server and kubelet clients,
+//! creates the metrics registry, opens the audit log (creating the file, pruning old backups,
+//! starting its writer thread) and hands the reload registry to the file watcher; everything it
+//! needs was validated by [`Settings::load`], so what can fail here is what touching the system
+//! can fail at.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::apiserver::{ApiServerClient, ApiServerSettings};
+use crate::audit::AuditLog;
+use crate::authn::Authenticator;
+use crate::authn::token::TokenReviewAuthenticator;
+use crate::authn::x509::X509Authenticator;
+use crate::authz::node::NodeAuthorizer;
+use crate::authz::webhook::SubjectAccessReviewAuthorizer;
+use crate::authz::{Authorizer, AuthorizerChain};
+use crate::config::{AuthorizationSettings, AuthorizerSettings, ConfigError, Settings};
+use crate::decision::Decider;
+use crate::metrics::Metrics;
+use crate::proxy::{ForwardOptions, Forwarder};
+use crate::reload::{ReloadRegistry, Reloadable};
+
+/// Everything the server runs with.
+pub struct Services {
+    /// Where the kubelet API is served.
+    pub listen_address: std::net::SocketAddr,
+    /// Where /healthz, /readyz and /metrics are served.
+    pub admin_listen_address: std::net::SocketAddr,
+    /// Serving TLS, swapped when its files change.
+    pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
+    /// Who is calling.
+    pub authenticator: Authenticator,
+    /// Path gate, attributes and authorizers.
+    pub decider: Decider,
+    /// The pooled client to the kubelet.
+    pub forwarder: Forwarder,
+    /// Handshake and request-header deadline.
+    pub header_read_timeout: Duration,
+    /// Time a connection may stay open with nothing in flight.
+    pub idle_connection_timeout: Duration,
+    /// Most connections served at once.
+    pub max_connections: u32,
+    /// Time given to in-flight requests at shutdown.
+    pub shutdown_grace_period: Duration,
+    /// The metrics every part records into.
+    pub metrics: Arc<Metrics>,
+    /// What the file watcher keeps up to date, in dependency order.
+    pub reloads: ReloadRegistry,
+    /// Where audit events go, if anywhere: open, its writer running.
+    pub audit: Option<AuditLog>,
+    /// Refuse exec, attach and portForward while their audit event cannot be written.
+    pub audit_require_for_streams: bool,
+}
+
+/// Builds the services from `settings`. Must run inside a Tokio runtime: the API server
+/// clients start their tasks as they are built.
+pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
+    let metrics = Arc::new(Metrics::new());
+    let mut clients = ApiServerClients::new(
+        Arc::clone(&metrics),
+        settings.authorization.apiserver_max_reviews_inflight,
+    );
+    let tokens = match settings.token_review {
+        Some(review) => {
+            let client = clients
+                .get(review.apiserver)
+                .map_err(|e| client_error("--kubeconfig", e))?;
+            let tokens = TokenReviewAuthenticator::new(
+                client,
+                review.audiences,
+                review.cache_ttl,
+                Arc::clone(&metrics),
+            )
+            .map_err(|e| client_error("--authentication-token-webhook", e))?;
+            Some(Arc::new(tokens))
+        }
+        None => None,
+    };
+    let authenticator = Authenticator::new(
+        settings.client_ca.map(X509Authenticator::new),
+        tokens,
+        settings.anonymous_auth,
+    )
+    .map_err(|e| client_error("--client-ca-file", e))?;
+    let decider = decider(settings.authorization, &mut clients, &metrics)?;
+    let upstream = settings.upstream;
+    let forwarder = Forwarder::with_endpoint(
+        upstream.endpoint,
+        ForwardOptions {
+            forward_identity_headers: upstream.forward_identity_headers,
+            connect_timeout: upstream.connect_timeout,
+            streaming_idle_timeout: upstream.streaming_idle_timeout,
+            max_requests_inflight: upstream.max_requests_inflight,
+            max_requests_inflight_per_user: upstream.max_requests_inflight_per_user,
+            requests_in_flight: metrics.upstream_requests_in_flight(),
+        },
+    );
+    let audit = match settings.audit {
+        Some(audit) => Some(
+            AuditLog::open(audit.target, audit.options, metrics.audit_dropped()).map_err(|e| {
+                ConfigError::File {
+                    flag: "--audit-log-path",
+                    reason: format!("cannot open: {e}"),
+                    path: audit.path,
+                    source: Some(Box::new(e)),
+                }
+            })?,
+        ),
+        None => None,
+    };
+    Ok(Services {
+        listen_address: settings.listen_address,
+        admin_listen_address: settings.admin_listen_address,
+        server_tls: settings.server_tls,
+        authenticator,
+        decider,
+        forwarder,
+        header_read_timeout: settings.header_read_timeout,
+        idle_connection_timeout: settings.idle_connection_timeout,
+        max_connections: settings.max_connections,
+        shutdown_grace_period: settings.shutdown_grace_period,
+        metrics,
+        reloads: settings.reloads,
+        audit,
+        audit_require_for_streams: settings.audit_require_for_streams,
+    })
+}
+
+/// The decider alone, for `explain`: webhooks get their own API server clients and metrics that
+/// nobody serves.
+pub fn decider_for_explain(settings: AuthorizationSettings) -> Result<Decider, ConfigError> {
+    let metrics = Arc::new(Metrics::new());
+    let mut clients = ApiServerClients::new(
+        Arc::clone(&metrics),
+        settings.apiserver_max_reviews_inflight,
+    );
+    decider(settings, &mut clients, &metrics)
+}
+
+fn decider(
+    settings: AuthorizationSettings,
+    clients: &mut ApiServerClients,
+    metrics: &Arc<Metrics>,
+) -> Result<Decider, ConfigError> {
+    let mut chain = Vec::with_capacity(settings.authorizers.len());
+    for authorizer in settings.authorizers {
+        chain.push(match authorizer {
+            AuthorizerSettings::AlwaysAllow => Authorizer::AlwaysAllow,
+            AuthorizerSettings::AlwaysDeny => Authorizer::AlwaysDeny,
+            AuthorizerSettings::Node => Authorizer::Node(NodeAuthorizer),
+            AuthorizerSettings::Policy(policy) => Authorizer::Policy(policy),
+            AuthorizerSettings::Webhook { spec, apiserver } => {
+                let client = clients
+                    .get(*apiserver)
+                    .map_err(|e| client_error("--kubeconfig", e))?;
+                Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
+                    client,
+                    spec.authorized_ttl,
+                    spec.unauthorized_ttl,
+                    spec.failure_policy,
+                    Arc::clone(metrics),
+                )))
+            }
+        });
+    }
+    Ok(Decider {
+        authorizers: AuthorizerChain::new(chain),
+        mapping: settings.mapping,
+        node_name: Arc::from(settings.node_name),
+    })
+}
+
+/// A failure to build something whose settings were valid, attributed to `flag`.
+fn client_error(
+    flag: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> ConfigError {
+    ConfigError::Flag {
+        flag,
+        reason: e.to_string(),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// API server clients by kubeconfig and timeout, so that TokenReview and the webhooks that share
+/// a connection share one client (and its connection pool and review bounds).
+struct ApiServerClients {
+    metrics: Arc<Metrics>,
+    /// `--apiserver-max-reviews-inflight`, for every client.
+    max_inflight: usize,
+    built: Vec<((Option<PathBuf>, Duration), ApiServerClient)>,
+}
+
+impl ApiServerClients {
+    fn new(metrics: Arc<Metrics>, max_inflight: usize) -> Self {
+        ApiServerClients {
+            metrics,
+            max_inflight,
+            built: Vec::new(),
+        }
+    }
+
+    fn get(
+        &mut self,
+        settings: ApiServerSettings,
+    ) -> Result<ApiServerClient, crate::apiserver::ApiClientError> {
+        let (kubeconfig, timeout) = settings.sharing_key();
+        let key = (kubeconfig.map(Path::to_owned), timeout);
+        if let Some((_, client)) = self.built.iter().find(|(k, _)| *k == key) {
+            return Ok(client.clone());
+        }
+        let client = ApiServerClient::new(settings, self.max_inflight, Arc::clone(&self.metrics))?;
+        self.built.push((key, client.clone()));
+        Ok(client)
+    }
+}
