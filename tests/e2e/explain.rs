@@ -461,3 +461,209 @@ async fn explain_with_webhook_shows_the_subject_access_review_reason() {
     // One real review per attribute set asked: allowed (1), denied (2), failed (1).
     assert_eq!(api.statuses(Kind::SubjectAccessReview).len(), 4);
 }
+
+/// `explain` with the authorization flags and the node name alone: no serving pair, upstream or
+/// kubeconfig, so a policy can be tested where none of those exist (a CI job).
+fn policy_only(policy: &str, args: &[&str]) -> Vec<String> {
+    let mut command = vec![
+        "explain".to_owned(),
+        "--authorization-mode=Node,Policy".to_owned(),
+        format!("--authorization-policy-file={policy}"),
+        "--node-name=node-a".to_owned(),
+    ];
+    command.extend(args.iter().map(|a| (*a).to_owned()));
+    command
+}
+
+#[tokio::test]
+async fn explain_needs_only_the_policy_and_the_node_name() {
+    let dir = TempDir::new("explain-policy-only");
+    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    let prom = ["--user=prom", "--group=monitoring", "--output=json"];
+    let allowed = run(
+        &dir,
+        "allowed",
+        &policy_only(&policy, &[&prom[..], &["GET", "/metrics"]].concat()),
+    )
+    .await;
+    assert_eq!(allowed.status.code(), Some(0), "{}", allowed.stderr);
+    let e = json(&allowed);
+    assert_eq!(e["result"]["outcome"], "forwarded");
+    assert_eq!(e["attributes"][0]["decidedBy"], "Policy");
+    let denied = run(
+        &dir,
+        "denied",
+        &policy_only(&policy, &[&prom[..], &["GET", "/pods"]].concat()),
+    )
+    .await;
+    assert_eq!(denied.status.code(), Some(1), "{}", denied.stderr);
+    assert_eq!(json(&denied)["result"]["status"], 403);
+}
+
+#[tokio::test]
+async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
+    let dir = TempDir::new("explain-check");
+    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    let good = dir.write(
+        "good.yaml",
+        "apiVersion: kubelet-auth-proxy/v1alpha1\nkind: PolicyCheck\nrows:\n\
+         - {user: prom, groups: [monitoring], method: GET, path: /metrics, expect: allow}\n\
+         - {name: no exec, user: prom, groups: [monitoring], method: POST, \
+            path: /exec/ns/pod/c, expect: deny}\n\
+         - {anonymous: true, method: GET, path: /stats/summary, expect: deny}\n",
+    );
+    let done = run(
+        &dir,
+        "good",
+        &policy_only(&policy, &[&format!("--check={}", good.display())]),
+    )
+    .await;
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}{}",
+        done.stdout,
+        done.stderr
+    );
+    let lines: Vec<&str> = done.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", done.stdout);
+    assert!(
+        lines[..3].iter().all(|l| l.starts_with("PASS  row ")),
+        "{}",
+        done.stdout
+    );
+    assert!(lines[1].contains("row 2 (no exec): prom POST /exec/ns/pod/c: deny (403)"));
+    assert_eq!(lines[3], "3 rows: 3 passed, 0 failed");
+
+    // debugger has nodes/proxy: /pods is allowed through the fallback, which the row denies.
+    let bad = dir.write(
+        "bad.yaml",
+        "apiVersion: kubelet-auth-proxy/v1alpha1\nkind: PolicyCheck\nrows:\n\
+         - {user: prom, groups: [monitoring], method: GET, path: /metrics, expect: allow}\n\
+         - {user: debugger, method: GET, path: /pods, expect: deny}\n",
+    );
+    let check = format!("--check={}", bad.display());
+    let done = run(&dir, "bad", &policy_only(&policy, &[&check])).await;
+    assert_eq!(
+        done.status.code(),
+        Some(1),
+        "{}{}",
+        done.stdout,
+        done.stderr
+    );
+    assert!(
+        done.stdout.contains(
+            "FAIL  row 2: debugger GET /pods: allow, expected deny \
+             (allowed on nodes/proxy by Policy)"
+        ),
+        "{}",
+        done.stdout
+    );
+    let done = run(
+        &dir,
+        "bad-json",
+        &policy_only(&policy, &[&check, "--output=json"]),
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    let report = json(&done);
+    assert_eq!(
+        (report["passed"].as_u64(), report["failed"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(report["rows"][1]["passed"], false);
+    assert_eq!(report["rows"][1]["outcome"], "forwarded");
+    assert_eq!(report["rows"][1]["expected"], "deny");
+}
+
+#[tokio::test]
+async fn explain_check_refuses_a_table_it_cannot_ask_naming_file_and_row() {
+    let dir = TempDir::new("explain-check-input");
+    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    for (name, table, needle) in [
+        (
+            "both",
+            "- {user: a, method: GET, path: /pods, expect: deny}\n\
+             - {user: a, anonymous: true, method: GET, path: /pods, expect: deny}\n",
+            "row 2: give either `user` or `anonymous: true`",
+        ),
+        (
+            "method",
+            "- {user: a, method: get, path: /pods, expect: deny}\n",
+            "row 1: methods are case-sensitive",
+        ),
+        (
+            "field",
+            "- {user: a, method: GET, path: /pods, expect: deny, verb: get}\n",
+            "verb",
+        ),
+        (
+            "expect",
+            "- {user: a, method: GET, path: /pods, expect: maybe}\n",
+            "maybe",
+        ),
+        ("empty", "  []\n", "the table has no rows"),
+        (
+            "kind",
+            "apiVersion: v1\nkind: List\nrows: []\n",
+            "expected apiVersion \"kubelet-auth-proxy/v1alpha1\" and kind \"PolicyCheck\"",
+        ),
+    ] {
+        let table = match name {
+            "kind" => table.to_owned(),
+            _ => format!(
+                "apiVersion: kubelet-auth-proxy/v1alpha1\nkind: PolicyCheck\nrows:\n{table}"
+            ),
+        };
+        let file = dir.write(&format!("{name}.yaml"), &table);
+        let check = format!("--check={}", file.display());
+        let done = run(&dir, name, &policy_only(&policy, &[&check])).await;
+        assert_eq!(done.status.code(), Some(2), "{name}: {}", done.stderr);
+        assert_eq!(done.stdout, "", "{name}");
+        let error = done.stderr.lines().last().unwrap_or_default();
+        assert!(
+            error.starts_with(&format!("kubelet-auth-proxy: --check {}:", file.display())),
+            "{name}: {error}"
+        );
+        assert!(error.contains(needle), "{name}: {error}");
+    }
+    let done = run(
+        &dir,
+        "with-request",
+        &policy_only(&policy, &["--check=x.yaml", "--user=a", "GET", "/pods"]),
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+}
+
+#[tokio::test]
+async fn the_shipped_policy_checks_pass_against_the_shipped_policies() {
+    let dir = TempDir::new("explain-check-shipped");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut args = vec![
+        "explain".to_owned(),
+        "--authorization-mode=Node,Policy".to_owned(),
+        "--node-name=node-a".to_owned(),
+        format!(
+            "--check={}",
+            root.join("config/policy-checks.yaml").display()
+        ),
+    ];
+    for policy in [
+        "apiserver-kubelet-client.yaml",
+        "metrics-scraper.yaml",
+        "node-debuggers.yaml",
+    ] {
+        let path = root.join("config/policy").join(policy);
+        args.push(format!("--authorization-policy-file={}", path.display()));
+    }
+    let done = run(&dir, "shipped", &args).await;
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}{}",
+        done.stdout,
+        done.stderr
+    );
+    assert!(!done.stdout.contains("FAIL"), "{}", done.stdout);
+}

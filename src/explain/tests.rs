@@ -1,0 +1,401 @@
+//! explain's unit tests: traces, the JSON and text renderings, and policy lint warnings.
+
+use std::sync::Arc;
+
+use http::Method;
+
+use super::*;
+use crate::authz::attributes::AttributeMapping;
+use crate::authz::node::NodeAuthorizer;
+use crate::authz::policy::PolicyAuthorizer;
+use crate::authz::{Authorizer, AuthorizerChain};
+use crate::decision::Decider;
+use crate::reload::Reloadable;
+
+const NODE: &str = "node-a";
+
+/// Two bindings for the same group: the first grants stats, the second metrics.
+const POLICY: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: stats-reader}
+rules: [{apiGroups: [""], resources: [nodes/stats], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: metrics-reader}
+rules: [{apiGroups: [""], resources: [nodes/metrics], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: proxy-reader}
+rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: monitoring-stats}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: stats-reader}
+subjects: [{kind: Group, name: monitoring}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: monitoring-metrics}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
+subjects: [{kind: Group, name: monitoring}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: debugger-proxy}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-reader}
+subjects: [{kind: User, name: debugger}]
+"#;
+
+fn policy(text: &'static str) -> Authorizer {
+    let policy = Reloadable::load("policy", Vec::new(), |_| {
+        PolicyAuthorizer::from_sources(&[("p.yaml".into(), text.into())]).map_err(|e| e.to_string())
+    })
+    .unwrap();
+    Authorizer::Policy(Arc::new(policy))
+}
+
+fn chain() -> AuthorizerChain {
+    AuthorizerChain::new(vec![Authorizer::Node(NodeAuthorizer), policy(POLICY)])
+}
+
+fn user(name: &str, groups: &[&str]) -> User {
+    User {
+        name: name.into(),
+        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+        ..User::default()
+    }
+}
+
+fn run(chain: AuthorizerChain, user: &User, method: Method, target: &str) -> Explanation {
+    let decider = Decider {
+        authorizers: chain,
+        mapping: AttributeMapping::default(),
+        node_name: Arc::from(NODE),
+    };
+    block_on(explain(&decider, &method, target, user))
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+#[test]
+fn allowed_by_the_second_binding_names_it_and_its_role() {
+    let e = run(
+        chain(),
+        &user("prom", &["monitoring"]),
+        Method::GET,
+        "/metrics",
+    );
+    assert_eq!(e.exit_status(), EXIT_ALLOWED);
+    assert_eq!(e.result.outcome, Outcome::Allowed);
+    assert_eq!(e.result.status, None);
+    assert_eq!(e.attributes.len(), 1);
+    let trial = &e.attributes[0];
+    assert_eq!(trial.subresource, "metrics");
+    assert_eq!(trial.decision, Answer::Allow);
+    assert_eq!(trial.decided_by, Some("Policy"));
+    assert_eq!(trial.answers[0].answer, Answer::NoOpinion);
+    assert_eq!(trial.answers[0].reason, "not a node identity");
+    assert_eq!(
+        trial.answers[1].reason,
+        "RBAC: allowed by ClusterRoleBinding \"monitoring-metrics\" of ClusterRole \
+         \"metrics-reader\" to Group \"monitoring\""
+    );
+}
+
+#[test]
+fn denied_with_no_match_gives_the_kubelets_403() {
+    let e = run(
+        chain(),
+        &user("prom", &["monitoring"]),
+        Method::GET,
+        "/pods",
+    );
+    assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
+    assert_eq!(e.subresources, ["pods", "proxy"]);
+    let tried: Vec<_> = e.attributes.iter().map(|t| t.subresource).collect();
+    assert_eq!(tried, ["pods", "proxy"]);
+    assert!(e.attributes.iter().all(|t| t.decision == Answer::NoOpinion));
+    assert_eq!(e.result.status, Some(403));
+    assert_eq!(
+        e.result.body.as_deref(),
+        Some("Forbidden (user=prom, verb=get, resource=nodes, subresource(s)=[pods proxy])\n")
+    );
+    assert_eq!(
+        e.result.headers.get("content-type").map(String::as_str),
+        Some("text/plain; charset=utf-8")
+    );
+}
+
+#[test]
+fn falls_back_to_proxy_after_pods() {
+    let e = run(chain(), &user("debugger", &[]), Method::GET, "/pods");
+    assert_eq!(e.exit_status(), EXIT_ALLOWED);
+    assert_eq!(e.attributes[0].decision, Answer::NoOpinion);
+    assert_eq!(e.attributes[1].subresource, "proxy");
+    assert_eq!(e.attributes[1].decision, Answer::Allow);
+    assert!(
+        e.attributes[1].answers[1]
+            .reason
+            .contains("\"debugger-proxy\"")
+    );
+}
+
+#[test]
+fn node_deny_stops_the_chain_and_later_authorizers_are_not_asked() {
+    let chain = AuthorizerChain::new(vec![
+        Authorizer::Node(NodeAuthorizer),
+        Authorizer::AlwaysAllow,
+    ]);
+    let other = user("system:node:node-b", &["system:nodes"]);
+    let e = run(chain, &other, Method::GET, "/healthz");
+    assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
+    for trial in &e.attributes {
+        assert_eq!(trial.decision, Answer::Deny);
+        assert_eq!(trial.decided_by, Some("Node"));
+        assert_eq!(
+            trial.answers[0].reason,
+            "node identities may only access their own node's kubelet"
+        );
+        assert_eq!(trial.answers[1].answer, Answer::NotAsked);
+    }
+    assert_eq!(e.result.status, Some(403));
+}
+
+#[test]
+fn unclean_path_stops_at_the_redirect_with_the_query_kept() {
+    let e = run(
+        chain(),
+        &user("prom", &["monitoring"]),
+        Method::GET,
+        "//metrics/?x=1",
+    );
+    assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
+    assert_eq!(
+        e.path,
+        PathVerdict::Redirect {
+            location: "/metrics/?x=1".into()
+        }
+    );
+    assert!(e.attributes.is_empty());
+    assert_eq!(e.verb, None);
+    assert_eq!(e.result.status, Some(301));
+    assert_eq!(
+        e.result.headers.get("location").map(String::as_str),
+        Some("/metrics/?x=1")
+    );
+    assert_eq!(
+        e.result.body.as_deref(),
+        Some("<a href=\"/metrics/?x=1\">Moved Permanently</a>.\n\n")
+    );
+
+    let e = run(
+        chain(),
+        &user("prom", &[]),
+        Method::GET,
+        "/stats%2F..%2Fexec",
+    );
+    assert_eq!(e.result.outcome, Outcome::BadRequest);
+    assert_eq!(e.result.status, Some(400));
+    assert_eq!(
+        e.result.body.as_deref(),
+        Some("Bad Request: percent-encoded '/' in path\n")
+    );
+}
+
+#[test]
+fn json_document_has_the_documented_shape() {
+    let e = run(
+        chain(),
+        &user("prom", &["monitoring"]),
+        Method::GET,
+        "/pods",
+    );
+    let json: serde_json::Value = serde_json::from_str(&render_json(&e)).unwrap();
+    assert_eq!(json["apiVersion"], API_VERSION);
+    assert_eq!(json["kind"], "Explanation");
+    assert_eq!(json["request"]["method"], "GET");
+    assert_eq!(json["request"]["user"]["username"], "prom");
+    assert_eq!(json["request"]["user"]["groups"][0], "monitoring");
+    assert_eq!(json["nodeName"], NODE);
+    assert_eq!(json["authorizers"], serde_json::json!(["Node", "Policy"]));
+    assert_eq!(json["path"]["verdict"], "canonical");
+    assert_eq!(json["path"]["decoded"], "/pods");
+    assert_eq!(json["verb"], "get");
+    assert_eq!(json["attributes"][1]["subresource"], "proxy");
+    assert_eq!(json["attributes"][1]["decision"], "NoOpinion");
+    assert_eq!(json["attributes"][1]["decidedBy"], serde_json::Value::Null);
+    assert_eq!(json["attributes"][0]["answers"][1]["authorizer"], "Policy");
+    assert_eq!(json["result"]["outcome"], "forbidden");
+    assert_eq!(json["result"]["allowed"], false);
+    assert_eq!(json["result"]["status"], 403);
+    assert_eq!(json["warnings"], serde_json::json!([]));
+}
+
+#[test]
+fn text_shows_each_answer_and_the_exact_body() {
+    let e = run(
+        chain(),
+        &user("prom", &["monitoring"]),
+        Method::GET,
+        "/stats/summary",
+    );
+    let text = render_text(&e);
+    assert!(
+        text.contains("path:        canonical (/stats/summary)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  get nodes/stats: allowed by Policy"),
+        "{text}"
+    );
+    assert!(text.contains("monitoring-stats"), "{text}");
+    assert!(text.contains("result:      allowed"), "{text}");
+
+    let e = run(chain(), &user("x\u{1b}[2J", &[]), Method::HEAD, "/healthz");
+    let text = render_text(&e);
+    assert!(!text.contains('\u{1b}'), "{text}");
+    assert!(
+        text.contains("verb:        \"\" (HEAD maps to no verb"),
+        "{text}"
+    );
+    assert!(text.contains("result:      403 forbidden"), "{text}");
+    assert!(
+        text.contains(r#"body: "Forbidden (user=x\u{1b}[2J, verb=, resource=nodes, subresource(s)=[healthz proxy])\n""#),
+        "{text}"
+    );
+}
+
+fn warnings_for(rules: &str, node: &str) -> Vec<PolicyWarning> {
+    warnings_under(&AttributeMapping::default(), rules, node)
+}
+
+fn warnings_under(mapping: &AttributeMapping, rules: &str, node: &str) -> Vec<PolicyWarning> {
+    let text = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: r}}\nrules:\n{rules}"
+    );
+    let p = PolicyAuthorizer::from_sources(&[("w.yaml".into(), text)]).unwrap();
+    p.roles()
+        .flat_map(|role| role_warnings(&role, mapping, node))
+        .collect()
+}
+
+/// Without fine-grained checks the kubelet never asks about nodes/pods: a rule for it is
+/// dead there, and live with them.
+#[test]
+fn the_subresources_asked_follow_the_configured_mapping() {
+    let rule = "- {apiGroups: [\"\"], resources: [nodes/pods], verbs: [get]}\n";
+    assert!(warnings_for(rule, "n").is_empty());
+    let coarse = AttributeMapping {
+        fine_grained: false,
+        ..AttributeMapping::default()
+    };
+    let w = warnings_under(&coarse, rule, "n");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(w[0].rule_never_matches);
+    assert!(
+        w[0].message.contains("\"pods\" is never asked"),
+        "{}",
+        w[0].message
+    );
+}
+
+#[test]
+fn rules_that_cannot_match_are_named_with_file_role_and_index() {
+    let w = warnings_for(
+        "- {apiGroups: [\"\"], resources: [nodes/proxy], verbs: [get]}\n\
+         - {apiGroups: [\"\"], resources: [nodes/stats], verbs: [list, watch]}\n\
+         - {apiGroups: [apps], resources: [nodes/stats], verbs: [get]}\n\
+         - {apiGroups: [\"\"], resources: [nodes/spec, nodes/metrics], verbs: [get, list]}\n\
+         - {apiGroups: [\"\"], resources: [nodes], verbs: [get]}\n\
+         - {apiGroups: [\"\"], resources: [nodes/stats], resourceNames: [node-b], verbs: [get]}\n\
+         - {nonResourceURLs: [/metrics], verbs: [get]}\n\
+         - {apiGroups: [\"*\"], resources: [\"*/stats\", \"nodes/*\", pods], resourceNames: [node-a], verbs: [\"*\"]}\n",
+        "node-a",
+    );
+    let got: Vec<_> = w
+        .iter()
+        .map(|w| (w.rule, w.field, w.rule_never_matches))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (1, "verbs", true),
+            (1, "verbs", true),
+            (2, "apiGroups", true),
+            (3, "verbs", false),
+            (3, "resources", false),
+            (4, "resources", true),
+            (5, "resourceNames", true),
+            (6, "nonResourceURLs", true),
+            (7, "resources", false),
+            (7, "resources", false),
+        ]
+    );
+    assert_eq!(
+        w[0].to_string(),
+        "w.yaml:1: ClusterRole \"r\" rules[1]: verb \"list\" is never asked: the kubelet \
+         asks only get, create, update, patch, delete (and \"\" for other methods); this \
+         rule can never match a kubelet request"
+    );
+    assert!(w[4].message.contains("\"spec\""), "{}", w[4].message);
+    assert!(w[8].message.contains("not a wildcard"), "{}", w[8].message);
+    assert!(w[9].message.contains("\"pods\""), "{}", w[9].message);
+    // The same policy on node-b: the resourceNames rule matches there.
+    assert!(
+        warnings_for(
+            "- {apiGroups: [\"\"], resources: [nodes/stats], resourceNames: [node-b], verbs: [get]}\n",
+            "node-b"
+        )
+        .is_empty()
+    );
+}
+
+#[test]
+fn identity_flags_build_the_user() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ExplainArgs,
+    }
+    let cli = Cli::try_parse_from([
+        "x",
+        "--user=alice",
+        "--group=g1",
+        "--group=g2",
+        "--uid=42",
+        "--extra=scopes=a",
+        "--extra=scopes=b=c",
+        "GET",
+        "/pods",
+    ])
+    .unwrap();
+    let u = cli.args.user();
+    assert_eq!(u.name, "alice");
+    assert_eq!(u.uid, "42");
+    assert_eq!(u.groups, ["g1", "g2"]);
+    assert_eq!(u.extra["scopes"], ["a", "b=c"]);
+
+    let anon = Cli::try_parse_from(["x", "--anonymous", "GET", "/pods"]).unwrap();
+    assert_eq!(anon.args.user().name, "system:anonymous");
+    assert_eq!(anon.args.user().groups, ["system:unauthenticated"]);
+
+    for bad in [
+        vec!["x", "--user=a", "--extra=novalue", "GET", "/"],
+        vec!["x", "--user=a", "--extra==v", "GET", "/"],
+        vec!["x", "--user=a", "get", "/"],
+        vec!["x", "GET", "/"],
+        vec!["x", "--anonymous", "--user=a", "GET", "/"],
+    ] {
+        assert!(Cli::try_parse_from(&bad).is_err(), "{bad:?}");
+    }
+}
