@@ -1,0 +1,47 @@
+//! The audit log: one `audit.k8s.io/v1` Event per kubelet API request, at level `Metadata`, in the
+//! JSON shape kube-apiserver writes, so existing audit pipelines parse it unchanged. Events are
+//! queued on the request path and written by one background thread; a full queue drops, never waits.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jiff::Timestamp;
+use jiff::civil::DateTime;
+use jiff::tz::Offset;
+
+mod event;
+mod json;
+pub mod refusals;
+mod rotate;
+mod writer;
+
+pub use event::{AuditEvent, AuditId, AuditIdError, Authorization, ObjectRef, Stage};
+pub use rotate::Rotation;
+pub use writer::{AuditLog, AuditOptions, AuditTarget, check_file_target};
+
+/// `time` as a date and time of day in UTC. Go's formatting is proleptic Gregorian whatever the
+/// year; so is jiff's within its range (years -9999 to 9999), and a clock outside it is written as
+/// the nearest bound rather than failing the event.
+pub(crate) fn utc(time: SystemTime) -> DateTime {
+    let (seconds, nanos) = match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => (
+            i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+            after.subsec_nanos() as i32,
+        ),
+        Err(before) => {
+            let before = before.duration();
+            (
+                i64::try_from(before.as_secs()).map_or(i64::MIN, |s| -s),
+                -(before.subsec_nanos() as i32),
+            )
+        }
+    };
+    let timestamp = Timestamp::new(seconds, nanos).unwrap_or(if seconds < 0 {
+        Timestamp::MIN
+    } else {
+        Timestamp::MAX
+    });
+    Offset::UTC.to_datetime(timestamp)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,828 @@
+//! The audit log's unit tests: the JSON of an event byte for byte, truncation, the writer's
+//! batching and losses, and rotation.
+
+use std::fs;
+use std::io::{self, Write};
+use std::net::IpAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use http::HeaderValue;
+use prometheus_client::metrics::counter::Counter;
+use uuid::Uuid;
+
+use super::json::*;
+use super::rotate::*;
+use super::writer::*;
+use super::*;
+use crate::authn::User;
+use crate::authz::Reason;
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::sync::Mutex;
+use std::sync::mpsc as std_mpsc;
+
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A fresh, empty directory for one test.
+fn rotating(rotation: Rotation) -> AuditOptions {
+    AuditOptions {
+        rotation,
+        max_event_size: None,
+    }
+}
+
+fn temp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "kubelet-auth-proxy-audit-{}-{test}",
+        std::process::id()
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn at(secs: i64, nanos: u32) -> SystemTime {
+    if secs >= 0 {
+        UNIX_EPOCH + Duration::new(secs as u64, nanos)
+    } else {
+        UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs()) + Duration::from_nanos(nanos.into())
+    }
+}
+
+fn node_user() -> User {
+    User {
+        name: "system:node:node-1".to_owned(),
+        uid: "9f6e1c2a".to_owned(),
+        groups: vec!["system:nodes".to_owned(), "system:authenticated".to_owned()],
+        extra: BTreeMap::from([(
+            "authentication.kubernetes.io/credential-id".to_owned(),
+            vec!["X509SHA256=4f2a".to_owned()],
+        )]),
+    }
+}
+
+fn sample(uri: &str) -> AuditEvent {
+    AuditEvent {
+        id: AuditId(Uuid::from_bytes([
+            0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x46, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd,
+            0xee, 0xff,
+        ])),
+        stage: Stage::ResponseComplete,
+        request_uri: uri.parse().unwrap(),
+        verb: "get",
+        user: Some(Arc::new(node_user())),
+        source_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)),
+        user_agent: Some(HeaderValue::from_static("kubectl/v1.34.0 (linux/amd64)")),
+        object_ref: Some(ObjectRef {
+            subresource: "proxy",
+            name: Arc::from("node-1"),
+        }),
+        response_code: 200,
+        request_received: at(1_795_324_560, 123_456_789),
+        stage_timestamp: at(1_795_324_560, 130_000_000),
+        authorization: Some(Authorization::Allow(Reason::Static(
+            "RBAC: allowed by ClusterRoleBinding \"node-proxier\"",
+        ))),
+    }
+}
+
+fn line(event: &AuditEvent) -> String {
+    let mut out = Vec::new();
+    encode_line(event, &mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn parse(event: &AuditEvent) -> Value {
+    let line = line(event);
+    assert!(
+        line.ends_with('\n') && line.matches('\n').count() == 1,
+        "{line}"
+    );
+    serde_json::from_str(&line).unwrap()
+}
+
+/// The `requestURI` of every line of a log, in order.
+fn uris(log: &[u8]) -> Vec<String> {
+    std::str::from_utf8(log)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            v["requestURI"].as_str().unwrap().to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn event_serializes_as_a_kube_apiserver_metadata_event() {
+    let event = sample("https://node-1:10250/logs/kubelet.log?tail=10");
+    assert_eq!(
+        parse(&event),
+        json!({
+            "kind": "Event",
+            "apiVersion": "audit.k8s.io/v1",
+            "level": "Metadata",
+            "auditID": "00112233-4455-4677-8899-aabbccddeeff",
+            "stage": "ResponseComplete",
+            "requestURI": "/logs/kubelet.log?tail=10",
+            "verb": "get",
+            "user": {
+                "username": "system:node:node-1",
+                "uid": "9f6e1c2a",
+                "groups": ["system:nodes", "system:authenticated"],
+                "extra": {"authentication.kubernetes.io/credential-id": ["X509SHA256=4f2a"]}
+            },
+            "sourceIPs": ["10.0.0.7"],
+            "userAgent": "kubectl/v1.34.0 (linux/amd64)",
+            "objectRef": {
+                "resource": "nodes",
+                "name": "node-1",
+                "apiVersion": "v1",
+                "subresource": "proxy"
+            },
+            "responseStatus": {"metadata": {}, "code": 200},
+            "requestReceivedTimestamp": "2026-11-22T05:16:00.123456Z",
+            "stageTimestamp": "2026-11-22T05:16:00.130000Z",
+            "annotations": {
+                "authorization.k8s.io/decision": "allow",
+                "authorization.k8s.io/reason": "RBAC: allowed by ClusterRoleBinding \"node-proxier\""
+            }
+        })
+    );
+    // Go's field order, byte for byte.
+    let keys = [
+        "kind",
+        "apiVersion",
+        "level",
+        "auditID",
+        "stage",
+        "requestURI",
+        "verb",
+        "user",
+        "sourceIPs",
+        "userAgent",
+        "objectRef",
+        "responseStatus",
+        "requestReceivedTimestamp",
+        "stageTimestamp",
+        "annotations",
+    ];
+    let text = line(&event);
+    let positions: Vec<usize> = keys
+        .iter()
+        .map(|k| text.find(&format!("\"{k}\":")).unwrap())
+        .collect();
+    assert!(positions.is_sorted(), "{text}");
+    assert!(text.starts_with(
+        r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","auditID":"#
+    ));
+    assert!(text.contains(
+        r#""objectRef":{"resource":"nodes","name":"node-1","apiVersion":"v1","subresource":"proxy"}"#
+    ));
+}
+
+#[test]
+fn event_before_authentication_has_an_empty_user_and_omits_empty_fields() {
+    let event = AuditEvent {
+        verb: "",
+        user: None,
+        user_agent: None,
+        object_ref: None,
+        response_code: 401,
+        authorization: None,
+        ..sample("/pods")
+    };
+    assert_eq!(
+        parse(&event),
+        json!({
+            "kind": "Event",
+            "apiVersion": "audit.k8s.io/v1",
+            "level": "Metadata",
+            "auditID": "00112233-4455-4677-8899-aabbccddeeff",
+            "stage": "ResponseComplete",
+            "requestURI": "/pods",
+            "verb": "",
+            "user": {},
+            "sourceIPs": ["10.0.0.7"],
+            "responseStatus": {"metadata": {}, "code": 401},
+            "requestReceivedTimestamp": "2026-11-22T05:16:00.123456Z",
+            "stageTimestamp": "2026-11-22T05:16:00.130000Z"
+        })
+    );
+    // An empty User-Agent header is omitted too, as Go's omitempty does.
+    let empty_agent = AuditEvent {
+        user_agent: Some(HeaderValue::from_static("")),
+        ..sample("/pods")
+    };
+    assert!(parse(&empty_agent).get("userAgent").is_none());
+}
+
+#[test]
+fn user_fields_are_omitted_when_empty() {
+    let no_uid_no_extra = User {
+        uid: String::new(),
+        extra: BTreeMap::new(),
+        ..node_user()
+    };
+    let event = AuditEvent {
+        user: Some(Arc::new(no_uid_no_extra)),
+        ..sample("/pods")
+    };
+    assert_eq!(
+        parse(&event)["user"],
+        json!({"username": "system:node:node-1", "groups": ["system:nodes", "system:authenticated"]})
+    );
+
+    let anonymous = AuditEvent {
+        user: Some(Arc::new(User::anonymous())),
+        ..sample("/pods")
+    };
+    assert_eq!(
+        parse(&anonymous)["user"],
+        json!({"username": "system:anonymous", "groups": ["system:unauthenticated"]})
+    );
+}
+
+#[test]
+fn authorization_annotations_match_kube_apiserver() {
+    let cases = [
+        (
+            Authorization::Forbid(Reason::Static("no RBAC policy matched")),
+            json!({
+                "authorization.k8s.io/decision": "forbid",
+                "authorization.k8s.io/reason": "no RBAC policy matched"
+            }),
+        ),
+        (
+            Authorization::Allow(Reason::Shared(Arc::from(""))),
+            json!({"authorization.k8s.io/decision": "allow", "authorization.k8s.io/reason": ""}),
+        ),
+        (
+            Authorization::Error,
+            json!({"authorization.k8s.io/reason": "internal error"}),
+        ),
+    ];
+    for (authorization, expected) in cases {
+        let event = AuditEvent {
+            authorization: Some(authorization),
+            ..sample("/pods")
+        };
+        assert_eq!(parse(&event)["annotations"], expected);
+    }
+}
+
+#[test]
+fn started_stream_events_have_their_stage_and_code() {
+    let event = AuditEvent {
+        stage: Stage::ResponseStarted,
+        verb: "create",
+        response_code: 101,
+        ..sample("/exec/default/web/app?command=sh&stdin=true")
+    };
+    let v = parse(&event);
+    assert_eq!(v["stage"], "ResponseStarted");
+    assert_eq!(v["verb"], "create");
+    assert_eq!(v["responseStatus"], json!({"metadata": {}, "code": 101}));
+}
+
+#[test]
+fn strings_are_escaped_as_go_encoding_json_does() {
+    let user = User {
+        name: "<script>&\u{2028}\u{2029}\"\n\u{1}é".to_owned(),
+        ..User::default()
+    };
+    let event = AuditEvent {
+        user: Some(Arc::new(user)),
+        ..sample("/run/ns/pod/c?cmd=ls&x=1")
+    };
+    let text = line(&event);
+    assert!(
+        text.contains(r#""username":"\u003cscript\u003e\u0026\u2028\u2029\"\n\u0001é""#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#""requestURI":"/run/ns/pod/c?cmd=ls\u0026x=1""#),
+        "{text}"
+    );
+    let v = parse(&event);
+    assert_eq!(v["user"]["username"], "<script>&\u{2028}\u{2029}\"\n\u{1}é");
+}
+
+#[test]
+fn a_long_request_uri_is_cut_to_the_event_bound_and_annotated() {
+    let short = sample("/pods?x=1");
+    let mut out = Vec::new();
+    encode_bounded(&short, 4096, &mut out).unwrap();
+    assert_eq!(out, line(&short).into_bytes(), "short events are untouched");
+
+    let mut long = sample(&format!("/pods?q={}é", "a".repeat(9000)));
+    long.authorization = Some(Authorization::Allow(Reason::Static("allowed")));
+    encode_bounded(&long, 4096, &mut out).unwrap();
+    assert!(out.len() <= 4096, "{} bytes", out.len());
+    let event: Value = serde_json::from_slice(&out).unwrap();
+    let uri = event["requestURI"].as_str().unwrap();
+    assert!(
+        uri.starts_with("/pods?q=aaa") && uri.ends_with("...TRUNCATED"),
+        "{uri}"
+    );
+    let annotations: Vec<&String> = event["annotations"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        annotations,
+        [
+            "audit.k8s.io/truncated",
+            "authorization.k8s.io/decision",
+            "authorization.k8s.io/reason"
+        ]
+    );
+    assert_eq!(event["annotations"]["audit.k8s.io/truncated"], "true");
+
+    let huge_user = AuditEvent {
+        user: Some(Arc::new(User {
+            name: "u".repeat(8192),
+            ..User::default()
+        })),
+        ..sample("/pods")
+    };
+    let error = encode_bounded(&huge_user, 4096, &mut out).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("--audit-log-truncate-max-event-size")
+    );
+}
+
+#[test]
+fn user_agent_is_truncated_and_made_valid_utf8_like_kube_apiserver() {
+    let with_agent = |agent: HeaderValue| {
+        let event = AuditEvent {
+            user_agent: Some(agent),
+            ..sample("/pods")
+        };
+        parse(&event)["userAgent"].as_str().unwrap().to_owned()
+    };
+    let exact = "a".repeat(MAX_USER_AGENT);
+    assert_eq!(with_agent(HeaderValue::from_str(&exact).unwrap()), exact);
+    let long = "b".repeat(MAX_USER_AGENT + 1);
+    assert_eq!(
+        with_agent(HeaderValue::from_str(&long).unwrap()),
+        format!("{}...TRUNCATED", "b".repeat(MAX_USER_AGENT))
+    );
+    assert_eq!(
+        with_agent(HeaderValue::from_bytes(b"curl/\xff8").unwrap()),
+        "curl/\u{fffd}8"
+    );
+}
+
+#[test]
+fn source_ip_is_written_as_go_prints_it() {
+    let cases = [
+        (
+            IpAddr::V6(Ipv4Addr::new(192, 0, 2, 9).to_ipv6_mapped()),
+            "192.0.2.9",
+        ),
+        (
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1)),
+            "2001:db8::1",
+        ),
+        (IpAddr::V4(Ipv4Addr::LOCALHOST), "127.0.0.1"),
+    ];
+    for (ip, expected) in cases {
+        let event = AuditEvent {
+            source_ip: ip,
+            ..sample("/pods")
+        };
+        assert_eq!(parse(&event)["sourceIPs"], json!([expected]), "{ip}");
+    }
+}
+
+#[test]
+fn timestamps_are_rfc3339_microseconds_in_utc() {
+    let cases = [
+        (at(0, 0), "1970-01-01T00:00:00.000000Z"),
+        (
+            at(1_709_210_096, 123_456_000),
+            "2024-02-29T12:34:56.123456Z",
+        ),
+        (at(951_782_400, 0), "2000-02-29T00:00:00.000000Z"),
+        (at(4_107_456_000, 0), "2100-02-28T00:00:00.000000Z"),
+        (at(4_107_542_400, 0), "2100-03-01T00:00:00.000000Z"),
+        (
+            at(1_795_324_560, 123_456_789),
+            "2026-11-22T05:16:00.123456Z",
+        ),
+        // Truncated as Go formats, never rounded up into the next second (or year).
+        (at(946_684_799, 999_999_999), "1999-12-31T23:59:59.999999Z"),
+        (at(0, 999), "1970-01-01T00:00:00.000000Z"),
+        // Before the epoch.
+        (at(-1, 500_000_000), "1969-12-31T23:59:59.500000Z"),
+        (at(-11_670_912_000, 0), "1600-03-01T00:00:00.000000Z"),
+    ];
+    for (time, expected) in cases {
+        assert_eq!(MicroTime(time).to_string(), expected);
+    }
+}
+
+#[test]
+fn audit_ids_are_random_uuid_v4() {
+    let ids: Vec<String> = (0..64)
+        .map(|_| AuditId::random().unwrap().to_string())
+        .collect();
+    for id in &ids {
+        assert_eq!(id.len(), 36, "{id}");
+        for (i, c) in id.chars().enumerate() {
+            match i {
+                8 | 13 | 18 | 23 => assert_eq!(c, '-', "{id}"),
+                14 => assert_eq!(c, '4', "version of {id}"),
+                19 => assert!(matches!(c, '8' | '9' | 'a' | 'b'), "variant of {id}"),
+                _ => assert!(matches!(c, '0'..='9' | 'a'..='f'), "{id}"),
+            }
+        }
+    }
+    let mut unique = ids.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len());
+}
+
+#[test]
+fn backup_names_follow_lumberjack() {
+    let time = at(1_795_324_560, 123_999_999);
+    let cases = [
+        (
+            "/var/log/audit.log",
+            "/var/log/audit-2026-11-22T05-16-00.123.log",
+        ),
+        ("/var/log/audit", "/var/log/audit-2026-11-22T05-16-00.123"),
+        ("kube.audit.json", "kube.audit-2026-11-22T05-16-00.123.json"),
+    ];
+    for (path, expected) in cases {
+        assert_eq!(backup_path(Path::new(path), time), Path::new(expected));
+    }
+
+    let (stem, ext) = split_extension(b"audit.log");
+    assert_eq!(
+        backup_timestamp(b"audit-2026-11-22T05-16-00.123.log", stem, ext),
+        Some(&b"2026-11-22T05-16-00.123"[..])
+    );
+    for other in [
+        &b"audit.log"[..],
+        b"audit-notes.log",
+        b"audit-2026-11-22T05-16-00.123.log.gz",
+        b"audit-2026-11-22T05:16:00.123.log",
+        b"other-2026-11-22T05-16-00.123.log",
+        b"audit-2026-11-22T05-16-00.123.txt",
+    ] {
+        assert_eq!(
+            backup_timestamp(other, stem, ext),
+            None,
+            "{}",
+            String::from_utf8_lossy(other)
+        );
+    }
+}
+
+#[test]
+fn target_flag_dash_is_stdout() {
+    assert_eq!(AuditTarget::from_flag("-".into()), AuditTarget::Stdout);
+    assert_eq!(
+        AuditTarget::from_flag("/var/log/kap/audit.log".into()),
+        AuditTarget::File("/var/log/kap/audit.log".into())
+    );
+}
+
+#[tokio::test]
+async fn a_new_file_is_owner_only_and_an_existing_one_is_appended_to() {
+    let dir = temp_dir("create");
+    let path = dir.join("audit.log");
+    let log = AuditLog::open(
+        AuditTarget::File(path.clone()),
+        AuditOptions::default(),
+        Counter::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    log.record(sample("/first"));
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+
+    let log = AuditLog::open(
+        AuditTarget::File(path.clone()),
+        AuditOptions::default(),
+        Counter::default(),
+    )
+    .unwrap();
+    log.record(sample("/second"));
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    assert_eq!(uris(&fs::read(&path).unwrap()), ["/first", "/second"]);
+
+    let missing_dir = AuditLog::open(
+        AuditTarget::File(dir.join("no-such-dir/audit.log")),
+        AuditOptions::default(),
+        Counter::default(),
+    );
+    assert!(missing_dir.is_err());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn rotation_renames_full_files_and_keeps_the_newest_backups() {
+    let dir = temp_dir("rotate");
+    let path = dir.join("audit.log");
+    let dropped = Counter::default();
+    let rotation = Rotation {
+        max_size_mb: 1,
+        max_backups: 2,
+    };
+    let log = AuditLog::open(
+        AuditTarget::File(path.clone()),
+        rotating(rotation),
+        dropped.clone(),
+    )
+    .unwrap();
+    // A mode no umask narrows: the new file after a rotation must carry the old file's mode.
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
+
+    let padding = "p".repeat(4000);
+    let events = 1100; // about 4.8 MiB: four rotations
+    for n in 0..events {
+        log.record(sample(&format!("/stats/summary?n={n:05}&pad={padding}")));
+    }
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    assert_eq!(dropped.get(), 0);
+
+    let mut backups = Vec::new();
+    for entry in fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name != "audit.log" {
+            assert!(
+                backup_timestamp(name.as_bytes(), b"audit", b".log").is_some(),
+                "unexpected file {name}"
+            );
+            backups.push(name);
+        }
+    }
+    assert_eq!(backups.len(), 2, "{backups:?}");
+    backups.sort();
+
+    let line_len = line(&sample(&format!("/stats/summary?n=00000&pad={padding}"))).len() as u64;
+    let mut seen = Vec::new();
+    for name in &backups {
+        let content = fs::read(dir.join(name)).unwrap();
+        let size = content.len() as u64;
+        assert!(
+            size <= MEGABYTE && size > MEGABYTE - line_len,
+            "{name}: {size}"
+        );
+        seen.extend(uris(&content));
+    }
+    let current = fs::read(&path).unwrap();
+    assert!(current.len() as u64 <= MEGABYTE);
+    seen.extend(uris(&current));
+    assert_eq!(
+        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o400
+    );
+
+    // The kept files hold the newest events, contiguous and in order, up to the last one.
+    let numbers: Vec<usize> = seen
+        .iter()
+        .map(|uri| uri["/stats/summary?n=".len()..][..5].parse().unwrap())
+        .collect();
+    let first = events - numbers.len();
+    assert!(first > 0, "older backups were removed");
+    assert_eq!(numbers, (first..events).collect::<Vec<_>>());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn opening_removes_excess_backups_and_nothing_else() {
+    let dir = temp_dir("cleanup");
+    let path = dir.join("audit.log");
+    let backups: Vec<String> = (1..=5)
+        .map(|day| format!("audit-2026-01-0{day}T00-00-00.000.log"))
+        .collect();
+    let others = [
+        "audit-notes.log",
+        "audit.log.1",
+        "other-2026-01-01T00-00-00.000.log",
+        "audit-2026-01-01T00-00-00.000.log.gz",
+    ];
+    for name in backups.iter().map(String::as_str).chain(others) {
+        fs::write(dir.join(name), "old\n").unwrap();
+    }
+    let present = |name: &str| dir.join(name).exists();
+
+    let keep_all = Rotation {
+        max_size_mb: 1,
+        max_backups: 0,
+    };
+    let log = AuditLog::open(
+        AuditTarget::File(path.clone()),
+        rotating(keep_all),
+        Counter::default(),
+    )
+    .unwrap();
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    assert!(backups.iter().all(|b| present(b)));
+
+    let keep_two = Rotation {
+        max_size_mb: 1,
+        max_backups: 2,
+    };
+    let log = AuditLog::open(
+        AuditTarget::File(path.clone()),
+        rotating(keep_two),
+        Counter::default(),
+    )
+    .unwrap();
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    let kept: Vec<&String> = backups.iter().filter(|b| present(b)).collect();
+    assert_eq!(kept, [&backups[3], &backups[4]]);
+    assert!(others.iter().all(|o| present(o)));
+    assert!(present("audit.log"));
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn an_event_larger_than_the_maximum_size_is_dropped_and_counted() {
+    let dir = temp_dir("oversized");
+    let path = dir.join("audit.log");
+    let dropped = Counter::default();
+    let rotation = Rotation {
+        max_size_mb: 1,
+        max_backups: 0,
+    };
+    let log = AuditLog::open(
+        AuditTarget::File(path.clone()),
+        rotating(rotation),
+        dropped.clone(),
+    )
+    .unwrap();
+    let huge = User {
+        name: "u".repeat(MEGABYTE as usize + 1),
+        ..User::default()
+    };
+    log.record(sample("/before"));
+    log.record(AuditEvent {
+        user: Some(Arc::new(huge)),
+        ..sample("/huge")
+    });
+    log.record(sample("/after"));
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    assert_eq!(dropped.get(), 1);
+    assert_eq!(uris(&fs::read(&path).unwrap()), ["/before", "/after"]);
+    assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no rotation");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Bytes written to a stream sink, readable by the test.
+#[derive(Clone, Default)]
+struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl SharedBuffer {
+    fn contents(&self) -> Vec<u8> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Write for SharedBuffer {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A slow target: each write announces itself, then waits until the gate opens.
+struct GatedWriter {
+    out: SharedBuffer,
+    entered: std_mpsc::Sender<()>,
+    gate: std_mpsc::Receiver<()>,
+}
+
+impl Write for GatedWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let _ = self.entered.send(());
+        // Returns at once when the test dropped its sender: the gate is open for good.
+        let _ = self.gate.recv();
+        self.out.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_and_counts_without_blocking() {
+    let (entered_tx, entered) = std_mpsc::channel();
+    let (open_gate, gate) = std_mpsc::channel();
+    let out = SharedBuffer::default();
+    let writer = GatedWriter {
+        out: out.clone(),
+        entered: entered_tx,
+        gate,
+    };
+    let dropped = Counter::default();
+    let log = AuditLog::start(Sink::Stream(Box::new(writer)), 1, None, dropped.clone()).unwrap();
+
+    log.record(sample("/0"));
+    // The writer now holds event 0 in a blocked write, and the queue is empty.
+    entered.recv_timeout(WAIT).unwrap();
+    log.record(sample("/1")); // fills the queue of one
+    log.record(sample("/2"));
+    log.record(sample("/3"));
+    assert_eq!(dropped.get(), 2);
+
+    drop(open_gate);
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    assert_eq!(uris(&out.contents()), ["/0", "/1"]);
+    assert_eq!(dropped.get(), 2);
+}
+
+struct FailingWriter;
+
+impl Write for FailingWriter {
+    fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+        Err(io::Error::other("disk on fire"))
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn failed_writes_are_counted_and_never_reach_the_caller() {
+    let dropped = Counter::default();
+    let log = AuditLog::start(
+        Sink::Stream(Box::new(FailingWriter)),
+        16,
+        None,
+        dropped.clone(),
+    )
+    .unwrap();
+    for n in 0..5 {
+        log.record(sample(&format!("/{n}")));
+    }
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    assert_eq!(dropped.get(), 5);
+}
+
+#[tokio::test]
+async fn close_writes_everything_queued_then_refuses_new_events() {
+    let dir = temp_dir("close");
+    let path = dir.join("audit.log");
+    let dropped = Counter::default();
+    let log = AuditLog::open(
+        AuditTarget::File(path.clone()),
+        AuditOptions::default(),
+        dropped.clone(),
+    )
+    .unwrap();
+    let survivor = log.clone();
+    let expected: Vec<String> = (0..3000).map(|n| format!("/pods?n={n}")).collect();
+    for uri in &expected {
+        log.record(sample(uri));
+    }
+    // Returns although a clone is still alive.
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    assert_eq!(uris(&fs::read(&path).unwrap()), expected);
+    assert_eq!(dropped.get(), 0);
+
+    survivor.record(sample("/late"));
+    assert_eq!(dropped.get(), 1);
+    assert_eq!(uris(&fs::read(&path).unwrap()).len(), expected.len());
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn dropping_every_clone_stops_the_writer_after_writing() {
+    let out = SharedBuffer::default();
+    let log = AuditLog::start(
+        Sink::Stream(Box::new(out.clone())),
+        QUEUE_CAPACITY,
+        None,
+        Counter::default(),
+    )
+    .unwrap();
+    let mut writer_done = log.writer_done.clone();
+    let other = log.clone();
+    log.record(sample("/a"));
+    other.record(sample("/b"));
+    drop(log);
+    drop(other);
+    let stopped = tokio::time::timeout(WAIT, writer_done.changed()).await;
+    assert!(matches!(stopped, Ok(Err(_))), "the writer thread ended");
+    assert_eq!(uris(&out.contents()), ["/a", "/b"]);
+}
