@@ -54,6 +54,7 @@ pub mod systemd;
 #[cfg(test)]
 mod test_data;
 pub mod tls;
+pub mod wire;
 
 pub use assemble::{Services, assemble};
 pub use config::{ConfigError, Settings};

@@ -24,7 +24,36 @@ const RECHECK_INTERVAL: Duration = Duration::from_secs(60);
 /// written one after the other are read together.
 const SETTLE_DELAY: Duration = Duration::from_millis(200);
 
-type Build<T> = Box<dyn Fn(&[PathBuf]) -> Result<T, String> + Send + Sync>;
+/// Why building a value from its files failed, kept as a cause.
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+type Build<T> = Box<dyn Fn(&[PathBuf]) -> Result<T, Cause> + Send + Sync>;
+
+/// Why a reloadable value could not be (re)built. Names the file where one is at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// A file could not be read.
+    #[error("{}: cannot read: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file is empty: almost always one caught between truncation and write.
+    #[error("{}: the file is empty", path.display())]
+    Empty {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A previous reload panicked while holding the reload state.
+    #[error("reload state poisoned")]
+    Poisoned,
+    /// The files were read but the value could not be built from them.
+    #[error(transparent)]
+    Build(Cause),
+}
 
 /// A value built from files, rebuilt when their contents change.
 pub struct Reloadable<T> {
@@ -39,19 +68,20 @@ pub struct Reloadable<T> {
 
 impl<T> Reloadable<T> {
     /// Builds the first value; an error here is a configuration error.
-    pub fn load(
+    pub fn load<E: Into<Cause>>(
         target: &'static str,
         paths: Vec<PathBuf>,
-        build: impl Fn(&[PathBuf]) -> Result<T, String> + Send + Sync + 'static,
-    ) -> Result<Reloadable<T>, String> {
+        build: impl Fn(&[PathBuf]) -> Result<T, E> + Send + Sync + 'static,
+    ) -> Result<Reloadable<T>, ReloadError> {
+        let build: Build<T> = Box::new(move |paths| build(paths).map_err(Into::into));
         let fingerprint = fingerprint(&paths)?;
-        let value = build(&paths)?;
+        let value = build(&paths).map_err(ReloadError::Build)?;
         Ok(Reloadable {
             target,
             paths,
             current: ArcSwap::from_pointee(value),
             fingerprint: Mutex::new(fingerprint),
-            build: Box::new(build),
+            build,
         })
     }
 
@@ -77,12 +107,12 @@ pub struct ReloadRegistry {
 
 impl ReloadRegistry {
     /// [`Reloadable::load`], recording the value as the registry's next target.
-    pub fn load<T: Send + Sync + 'static>(
+    pub fn load<T: Send + Sync + 'static, E: Into<Cause>>(
         &mut self,
         target: &'static str,
         paths: Vec<PathBuf>,
-        build: impl Fn(&[PathBuf]) -> Result<T, String> + Send + Sync + 'static,
-    ) -> Result<Arc<Reloadable<T>>, String> {
+        build: impl Fn(&[PathBuf]) -> Result<T, E> + Send + Sync + 'static,
+    ) -> Result<Arc<Reloadable<T>>, ReloadError> {
         let value = Arc::new(Reloadable::load(target, paths, build)?);
         self.targets
             .push(Arc::clone(&value) as Arc<dyn ReloadTarget>);
@@ -96,14 +126,14 @@ impl ReloadRegistry {
 }
 
 /// What a reload check did.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub enum Reload {
     /// The files are as before.
     Unchanged,
     /// The files changed and the new value is in force.
     Applied,
     /// The files changed but could not be used; the old value stays in force.
-    Failed(String),
+    Failed(ReloadError),
 }
 
 /// Something [`watch_files`] keeps up to date.
@@ -127,7 +157,7 @@ impl<T: Send + Sync> ReloadTarget for Reloadable<T> {
 
     fn reload_if_changed(&self) -> Reload {
         let Ok(mut last) = self.fingerprint.lock() else {
-            return Reload::Failed("reload state poisoned".into());
+            return Reload::Failed(ReloadError::Poisoned);
         };
         let now = match fingerprint(&self.paths) {
             Ok(now) => now,
@@ -142,7 +172,7 @@ impl<T: Send + Sync> ReloadTarget for Reloadable<T> {
                 *last = now;
                 Reload::Applied
             }
-            Err(e) => Reload::Failed(e),
+            Err(e) => Reload::Failed(ReloadError::Build(e)),
         }
     }
 }
@@ -150,13 +180,15 @@ impl<T: Send + Sync> ReloadTarget for Reloadable<T> {
 /// SHA-256 over every file's contents, length-prefixed, in order. An empty file is an error: it
 /// is almost always a file caught between truncation and write (`cat >`, an editor), and applying
 /// it would, for a policy, refuse every request.
-fn fingerprint(paths: &[PathBuf]) -> Result<[u8; 32], String> {
+fn fingerprint(paths: &[PathBuf]) -> Result<[u8; 32], ReloadError> {
     let mut hasher = crate::cache::KeyHasher::sha256();
     for path in paths {
-        let bytes =
-            std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let bytes = std::fs::read(path).map_err(|source| ReloadError::Read {
+            path: path.clone(),
+            source,
+        })?;
         if bytes.is_empty() {
-            return Err(format!("{}: the file is empty", path.display()));
+            return Err(ReloadError::Empty { path: path.clone() });
         }
         hasher.field(&bytes);
     }
@@ -303,14 +335,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(**value.current(), 1);
-        assert_eq!(value.reload_if_changed(), Reload::Unchanged);
+        assert!(matches!(value.reload_if_changed(), Reload::Unchanged));
 
         std::fs::write(&file, "two").unwrap();
         assert!(matches!(value.reload_if_changed(), Reload::Failed(_)));
         assert_eq!(**value.current(), 1, "the old value stays in force");
 
         std::fs::write(&file, "2").unwrap();
-        assert_eq!(value.reload_if_changed(), Reload::Applied);
+        assert!(matches!(value.reload_if_changed(), Reload::Applied));
         assert_eq!(**value.current(), 2);
 
         std::fs::remove_file(&file).unwrap();

@@ -240,6 +240,10 @@ async fn accept_loop(
             grace_period = ?limits.grace_period,
             "requests or streams still open after the shutdown grace period; closing them"
         );
+        let status = "Grace period over: closing the requests and streams still open";
+        if let Err(e) = crate::systemd::notify_status(status) {
+            debug!(error = %e, "cannot tell systemd the grace period is over");
+        }
         pipeline.force_close.send_replace(true);
     }
 }
@@ -546,7 +550,7 @@ impl Pipeline {
             Some(refusal) => Some(refusal),
             None if self.audit_require_for_streams
                 && let Some(audit) = &self.audit
-                && headers::is_upgrade_request(req.version(), req.headers())
+                && crate::wire::is_upgrade_request(req.version(), req.headers())
                 && headers::may_upgrade(req.uri().path(), req.headers())
                 && !audit.is_writable() =>
             {

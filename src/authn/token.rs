@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use http::header::{AUTHORIZATION, CONNECTION, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+use http::header::AUTHORIZATION;
 use http::{HeaderMap, Version};
 use k8s_openapi::api::authentication::v1::{TokenReviewSpec, TokenReviewStatus};
 
@@ -21,9 +21,8 @@ use super::User;
 use crate::apiserver::{ApiCallError, ApiServerClient};
 use crate::cache::{CacheKey, KeyHasher, ReviewCache, random_hmac_key};
 use crate::metrics::{Metrics, ReviewKind};
+use crate::wire;
 
-/// The subprotocol prefix Kubernetes clients use to send a bearer token on a WebSocket handshake.
-pub const WEBSOCKET_TOKEN_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
 /// Most tokens kept in the cache; the least recently used go first.
 const MAX_CACHED_TOKENS: u64 = 16_384;
 
@@ -64,20 +63,13 @@ pub fn bearer_token(headers: &HeaderMap) -> Presented<'_> {
 /// unpadded base64url of a UTF-8 token; two token entries, or a token with no other subprotocol
 /// to answer with, are errors.
 pub fn websocket_token(version: Version, headers: &HeaderMap) -> Presented<'static> {
-    if !is_websocket_upgrade(version, headers) {
+    if !wire::is_websocket_upgrade(version, headers) {
         return Presented::Nothing;
     }
     let mut token = None;
     let mut others = 0;
-    let entries = headers
-        .get_all(SEC_WEBSOCKET_PROTOCOL)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
-        .filter(|p| !p.is_empty());
-    for entry in entries {
-        let Some(encoded) = entry.strip_prefix(WEBSOCKET_TOKEN_PREFIX) else {
+    for entry in wire::websocket_protocols(headers) {
+        let Some(encoded) = wire::bearer_protocol_token(entry) else {
             others += 1;
             continue;
         };
@@ -98,22 +90,6 @@ pub fn websocket_token(version: Version, headers: &HeaderMap) -> Presented<'stat
         Some(token) => Presented::Token(token.into()),
         None => Presented::Nothing,
     }
-}
-
-/// Go's `wsstream.IsWebSocketRequest`: `Connection` names `upgrade` and `Upgrade` is `websocket`.
-fn is_websocket_upgrade(version: Version, headers: &HeaderMap) -> bool {
-    let connection_upgrade = headers
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    version == Version::HTTP_11
-        && connection_upgrade
-        && headers
-            .get(UPGRADE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim().eq_ignore_ascii_case("websocket"))
 }
 
 /// The cache key of a token reviewed for `audiences`: an HMAC with the process's secret `key`, so
@@ -264,6 +240,7 @@ enum ReviewError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::WEBSOCKET_BEARER_PREFIX;
     use http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
@@ -311,30 +288,30 @@ mod tests {
         let encoded = URL_SAFE_NO_PAD.encode("tok-en");
         assert_eq!(
             ws(&format!(
-                "{WEBSOCKET_TOKEN_PREFIX}{encoded}, v4.channel.k8s.io"
+                "{WEBSOCKET_BEARER_PREFIX}{encoded}, v4.channel.k8s.io"
             )),
             Presented::Token("tok-en".into())
         );
         assert_eq!(
-            ws(&format!("{WEBSOCKET_TOKEN_PREFIX}{encoded}")),
+            ws(&format!("{WEBSOCKET_BEARER_PREFIX}{encoded}")),
             Presented::Invalid("missing additional subprotocol")
         );
         assert_eq!(
             ws(&format!(
-                "{WEBSOCKET_TOKEN_PREFIX}{encoded},{WEBSOCKET_TOKEN_PREFIX}{encoded},v4.channel.k8s.io"
+                "{WEBSOCKET_BEARER_PREFIX}{encoded},{WEBSOCKET_BEARER_PREFIX}{encoded},v4.channel.k8s.io"
             )),
             Presented::Invalid("multiple base64.bearer.authorization tokens specified")
         );
         assert_eq!(
             ws(&format!(
-                "{WEBSOCKET_TOKEN_PREFIX}not*base64, v4.channel.k8s.io"
+                "{WEBSOCKET_BEARER_PREFIX}not*base64, v4.channel.k8s.io"
             )),
             Presented::Invalid("invalid bearer token")
         );
         let not_utf8 = URL_SAFE_NO_PAD.encode([0xff, 0xfe]);
         assert_eq!(
             ws(&format!(
-                "{WEBSOCKET_TOKEN_PREFIX}{not_utf8}, v4.channel.k8s.io"
+                "{WEBSOCKET_BEARER_PREFIX}{not_utf8}, v4.channel.k8s.io"
             )),
             Presented::Invalid("invalid bearer token")
         );
@@ -342,7 +319,7 @@ mod tests {
         // Not a WebSocket handshake: the header is ignored.
         let plain = headers(&[(
             "sec-websocket-protocol",
-            &format!("{WEBSOCKET_TOKEN_PREFIX}{encoded}, v4.channel.k8s.io"),
+            &format!("{WEBSOCKET_BEARER_PREFIX}{encoded}, v4.channel.k8s.io"),
         )]);
         assert_eq!(
             websocket_token(Version::HTTP_11, &plain),

@@ -30,8 +30,11 @@ pub const CREDENTIAL_ID_EXTRA: &str = "authentication.kubernetes.io/credential-i
 #[derive(Debug, thiserror::Error)]
 pub enum ClientCaError {
     /// The file could not be read or holds no PEM certificate.
-    #[error("{0}")]
-    Pem(String),
+    #[error(transparent)]
+    Pem(#[from] crate::tls::PemError),
+    /// The bundle holds no certificate.
+    #[error("no certificate in the bundle")]
+    Empty,
     /// A certificate in the bundle cannot serve as a trust anchor.
     #[error("certificate {index} in the bundle is not a usable CA certificate: {reason}")]
     BadCertificate {
@@ -54,7 +57,7 @@ pub struct ClientCa {
 impl ClientCa {
     /// Reads a PEM bundle; an empty file is an error, as in Kubernetes.
     pub fn from_pem_file(path: &Path) -> Result<ClientCa, ClientCaError> {
-        let certs = crate::tls::read_certs(path).map_err(ClientCaError::Pem)?;
+        let certs = crate::tls::read_certs(path)?;
         ClientCa::from_certs(&certs)
     }
 
@@ -81,7 +84,7 @@ impl ClientCa {
             anchors.push(anchor);
         }
         if anchors.is_empty() {
-            return Err(ClientCaError::Pem("no certificate in the bundle".into()));
+            return Err(ClientCaError::Empty);
         }
         Ok(ClientCa {
             anchors,

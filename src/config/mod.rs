@@ -26,7 +26,7 @@ use crate::authz::attributes::AttributeMapping;
 use crate::authz::policy::PolicyAuthorizer;
 use crate::descriptors;
 use crate::proxy::{UpstreamEndpoint, UpstreamTarget};
-use crate::reload::{ReloadRegistry, ReloadTarget, Reloadable};
+use crate::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
 use authorization::{AuthorizerSpec, FailurePolicy, WebhookSpec};
 use flags::{AuthorizationMode, ProxyFlags};
@@ -256,8 +256,8 @@ impl Settings {
             .as_deref()
             .ok_or_else(|| flag_error("--tls-private-key-file", "required"))?;
         // Read once here for precise errors; the reloadable rebuilds from the same files.
-        tls::read_certs(cert_path).map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
-        tls::read_key(key_path).map_err(|e| file_error("--tls-private-key-file", key_path, e))?;
+        tls::read_certs(cert_path).map_err(|e| file_cause("--tls-cert-file", cert_path, e))?;
+        tls::read_key(key_path).map_err(|e| file_cause("--tls-private-key-file", key_path, e))?;
         let min_version = ciphers::parse_min_version(&flags.tls_min_version)
             .map_err(|e| flag_error("--tls-min-version", e))?;
         let cipher_suites = ciphers::select_suites(&flags.tls_cipher_suites)
@@ -271,9 +271,9 @@ impl Settings {
             Some(path) => Some(
                 reloads
                     .load("client_ca", vec![path.clone()], |paths| {
-                        ClientCa::from_pem_file(&paths[0]).map_err(|e| e.to_string())
+                        ClientCa::from_pem_file(&paths[0])
                     })
-                    .map_err(|e| file_error("--client-ca-file", path, e))?,
+                    .map_err(|e| file_cause("--client-ca-file", path, e))?,
             ),
             None => None,
         };
@@ -291,7 +291,7 @@ impl Settings {
             cipher_suites,
             client_ca.clone(),
         )
-        .map_err(|e| file_error("--tls-cert-file", cert_path, e))?;
+        .map_err(|e| file_cause("--tls-cert-file", cert_path, e))?;
         let authorization = AuthorizationSettings::read(flags, &mut reloads).await?;
         let apiserver_clients = apiserver_clients(token_review.as_ref(), &authorization);
         let max_connections = descriptor_plan(flags, apiserver_clients)?;
@@ -346,10 +346,8 @@ impl AuthorizationSettings {
                         "--authorization-policy-file"
                     };
                     let policy = reloads
-                        .load("policy", files, |paths| {
-                            PolicyAuthorizer::load(paths).map_err(|e| e.to_string())
-                        })
-                        .map_err(|e| flag_error(flag, e))?;
+                        .load("policy", files, PolicyAuthorizer::load)
+                        .map_err(|e| flag_cause(flag, e))?;
                     let stats = policy.current().stats();
                     tracing::info!(
                         cluster_roles = stats.cluster_roles,
@@ -576,7 +574,7 @@ fn serving_tls(
     min_version: ciphers::MinVersion,
     cipher_suites: Vec<rustls::SupportedCipherSuite>,
     client_ca: Option<Arc<Reloadable<ClientCa>>>,
-) -> Result<Arc<Reloadable<rustls::ServerConfig>>, String> {
+) -> Result<Arc<Reloadable<rustls::ServerConfig>>, ReloadError> {
     let mut paths = vec![cert_path.to_owned(), key_path.to_owned()];
     if let Some(ca) = &client_ca {
         paths.extend(ca.paths().iter().cloned());
@@ -655,8 +653,8 @@ fn upstream(flags: &ProxyFlags) -> Result<UpstreamSettings, ConfigError> {
     ) {
         (Some(cert), Some(key)) => Some((
             tls::read_certs(cert)
-                .map_err(|e| file_error("--upstream-client-cert-file", cert, e))?,
-            tls::read_key(key).map_err(|e| file_error("--upstream-client-key-file", key, e))?,
+                .map_err(|e| file_cause("--upstream-client-cert-file", cert, e))?,
+            tls::read_key(key).map_err(|e| file_cause("--upstream-client-key-file", key, e))?,
         )),
         (None, None) => None,
         (Some(_), None) => {
@@ -677,7 +675,7 @@ fn upstream(flags: &ProxyFlags) -> Result<UpstreamSettings, ConfigError> {
             let ca = flags.upstream_ca_file.as_deref().ok_or_else(|| {
                 flag_error("--upstream-ca-file", "required for an https --upstream")
             })?;
-            let roots = tls::read_certs(ca).map_err(|e| file_error("--upstream-ca-file", ca, e))?;
+            let roots = tls::read_certs(ca).map_err(|e| file_cause("--upstream-ca-file", ca, e))?;
             Some(
                 tls::upstream_client_config(UpstreamTls {
                     roots,

@@ -31,7 +31,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 
 use crate::proxy::UpstreamTarget;
-use crate::proxy::headers::is_upgrade_request;
+use crate::wire::is_upgrade_request;
 
 /// Bounds a TLS handshake and the switch of an upgraded connection, so a client that stalls
 /// cannot keep a task alive.

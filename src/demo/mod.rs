@@ -83,7 +83,7 @@ fn client_config(
         Some(issued) => builder
             .with_client_auth_cert(
                 read_pem_certs(&issued.cert)?,
-                crate::tls::read_key(&issued.key).map_err(DemoError::Tls)?,
+                crate::tls::read_key(&issued.key).map_err(|e| DemoError::Tls(e.to_string()))?,
             )
             .map_err(|e| DemoError::Tls(e.to_string()))?,
         None => builder.with_no_client_auth(),
@@ -109,7 +109,7 @@ fn kubelet_tls(ca: &Path, serving: &pki::Issued) -> Result<Arc<ServerConfig>, De
         .with_client_cert_verifier(verifier)
         .with_single_cert(
             read_pem_certs(&serving.cert)?,
-            crate::tls::read_key(&serving.key).map_err(DemoError::Tls)?,
+            crate::tls::read_key(&serving.key).map_err(|e| DemoError::Tls(e.to_string()))?,
         )
         .map_err(|e| DemoError::Tls(e.to_string()))?;
     Ok(Arc::new(config))

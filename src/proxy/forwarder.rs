@@ -174,7 +174,7 @@ impl Forwarder {
             return Err(ForwardError::UnsupportedRequest);
         }
         let lease = self.limits.acquire(&user.name).await?;
-        let upgrade = headers::is_upgrade_request(req.version(), req.headers())
+        let upgrade = crate::wire::is_upgrade_request(req.version(), req.headers())
             && headers::may_upgrade(req.uri().path(), req.headers());
         // Taken before the request is sent: this future resolves to the caller's connection
         // once the server has written our 101 to it.

@@ -2,13 +2,13 @@
 //! credentials and client-supplied identity are removed on the way up, hop-by-hop headers on the
 //! way down, and our own identity headers are set only when configured. Pure functions, no I/O.
 
-use http::Version;
 use http::header::{
     AUTHORIZATION, CONNECTION, HeaderMap, HeaderName, HeaderValue, PROXY_AUTHENTICATE,
     PROXY_AUTHORIZATION, SEC_WEBSOCKET_PROTOCOL, TE, TRAILER, TRANSFER_ENCODING, UPGRADE,
 };
 
 use crate::authn::User;
+use crate::wire;
 
 /// `X-Remote-User`: the authenticated user name, as Kubernetes' requestheader authenticator reads it.
 pub const X_REMOTE_USER: HeaderName = HeaderName::from_static("x-remote-user");
@@ -34,10 +34,6 @@ const METHOD_OVERRIDES: [&str; 3] = [
     "x-method-override",
 ];
 
-/// The `Sec-WebSocket-Protocol` entry prefix Kubernetes clients use to carry a bearer token on
-/// WebSocket handshakes (browsers cannot set `Authorization`); it is a credential like any other.
-const WEBSOCKET_BEARER_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
-
 /// Hop-by-hop headers (RFC 9110 §7.6.1 plus the legacy `Keep-Alive` and `Proxy-Connection`):
 /// they describe one connection, never the end-to-end message, so a proxy must not forward them.
 /// `Connection` and `Upgrade` are handled separately because an upgrade keeps them.
@@ -58,15 +54,6 @@ const HOP_BY_HOP: [HeaderName; 7] = [
 pub struct IdentityHeaderError {
     /// The header the value was meant for, e.g. `X-Remote-Group`.
     pub header: &'static str,
-}
-
-/// Whether `headers` ask for an HTTP/1.1 protocol upgrade (WebSocket or SPDY for exec, attach and
-/// portForward): `Connection` names `upgrade` and an `Upgrade` header is present.
-///
-/// Only HTTP/1.1 has this mechanism; HTTP/2 forbids both headers, so an HTTP/2 request is never
-/// an upgrade here.
-pub fn is_upgrade_request(version: Version, headers: &HeaderMap) -> bool {
-    version == Version::HTTP_11 && headers.contains_key(UPGRADE) && connection_has_upgrade(headers)
 }
 
 /// Prepares caller headers for the kubelet.
@@ -95,7 +82,7 @@ pub fn may_upgrade(path: &str, headers: &HeaderMap) -> bool {
     const STREAMING_PREFIXES: [&str; 3] = ["/exec/", "/attach/", "/portForward/"];
     const PROTOCOLS: [&[u8]; 2] = [b"websocket", b"SPDY/3.1"];
     let streaming = STREAMING_PREFIXES.iter().any(|p| path.starts_with(p));
-    let mut offered = tokens(headers, &UPGRADE);
+    let mut offered = wire::list_elements(headers, &UPGRADE);
     let protocol_known = match (offered.next(), offered.next()) {
         (Some(protocol), None) => PROTOCOLS.iter().any(|p| protocol.eq_ignore_ascii_case(p)),
         _ => false,
@@ -187,26 +174,12 @@ fn is_token_byte(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// The comma-separated tokens of every `name` header, trimmed, empty ones skipped.
-fn tokens<'a>(headers: &'a HeaderMap, name: &HeaderName) -> impl Iterator<Item = &'a [u8]> {
-    headers
-        .get_all(name)
-        .iter()
-        .flat_map(|v| v.as_bytes().split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
-        .filter(|t| !t.is_empty())
-}
-
-fn connection_has_upgrade(headers: &HeaderMap) -> bool {
-    tokens(headers, &CONNECTION).any(|t| t.eq_ignore_ascii_case(b"upgrade"))
-}
-
 /// Removes hop-by-hop headers; with `keep_upgrade`, keeps `Upgrade` and sets `Connection: Upgrade`.
 fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     // Names listed in `Connection` are hop-by-hop too; they must be read before it is removed.
     // Allocates only when the header is present (HTTP/1.x; HTTP/2 forbids it).
     if headers.contains_key(CONNECTION) {
-        let named: Vec<HeaderName> = tokens(headers, &CONNECTION)
+        let named: Vec<HeaderName> = wire::list_elements(headers, &CONNECTION)
             .filter_map(|t| HeaderName::from_bytes(t).ok())
             .filter(|n| !(keep_upgrade && n == UPGRADE))
             .collect();
@@ -247,20 +220,14 @@ fn strip_identity_headers(headers: &mut HeaderMap) {
     }
 }
 
-fn is_websocket_bearer(protocol: &[u8]) -> bool {
-    protocol
-        .get(..WEBSOCKET_BEARER_PREFIX.len())
-        .is_some_and(|p| p.eq_ignore_ascii_case(WEBSOCKET_BEARER_PREFIX.as_bytes()))
-}
-
 /// Drops bearer-token entries from `Sec-WebSocket-Protocol`, keeping the other protocols in
 /// order (one joined header), and the header itself when nothing else is left.
 fn strip_websocket_bearer_tokens(headers: &mut HeaderMap) {
-    if !tokens(headers, &SEC_WEBSOCKET_PROTOCOL).any(is_websocket_bearer) {
+    if !wire::list_elements(headers, &SEC_WEBSOCKET_PROTOCOL).any(wire::resembles_bearer_protocol) {
         return;
     }
-    let kept: Vec<&[u8]> = tokens(headers, &SEC_WEBSOCKET_PROTOCOL)
-        .filter(|t| !is_websocket_bearer(t))
+    let kept: Vec<&[u8]> = wire::list_elements(headers, &SEC_WEBSOCKET_PROTOCOL)
+        .filter(|t| !wire::resembles_bearer_protocol(t))
         .collect();
     let joined = kept.join(&b", "[..]);
     // The kept tokens come from valid header values, so the joined bytes are valid too; should
@@ -281,6 +248,7 @@ fn strip_websocket_bearer_tokens(headers: &mut HeaderMap) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::Version;
     use std::collections::BTreeMap;
 
     /// A header list in a test table.
@@ -572,18 +540,21 @@ mod tests {
             ("connection", "keep-alive, Upgrade"),
             ("upgrade", "websocket"),
         ]);
-        assert!(is_upgrade_request(Version::HTTP_11, &ws));
+        assert!(wire::is_upgrade_request(Version::HTTP_11, &ws));
         assert!(
-            !is_upgrade_request(Version::HTTP_2, &ws),
+            !wire::is_upgrade_request(Version::HTTP_2, &ws),
             "HTTP/2 has no upgrades"
         );
-        assert!(!is_upgrade_request(Version::HTTP_10, &ws));
+        assert!(!wire::is_upgrade_request(Version::HTTP_10, &ws));
         let no_upgrade_header = map(&[("connection", "upgrade")]);
-        assert!(!is_upgrade_request(Version::HTTP_11, &no_upgrade_header));
+        assert!(!wire::is_upgrade_request(
+            Version::HTTP_11,
+            &no_upgrade_header
+        ));
         let not_named = map(&[("connection", "keep-alive"), ("upgrade", "SPDY/3.1")]);
-        assert!(!is_upgrade_request(Version::HTTP_11, &not_named));
+        assert!(!wire::is_upgrade_request(Version::HTTP_11, &not_named));
         let spdy = map(&[("connection", "Upgrade"), ("upgrade", "SPDY/3.1")]);
-        assert!(is_upgrade_request(Version::HTTP_11, &spdy));
+        assert!(wire::is_upgrade_request(Version::HTTP_11, &spdy));
     }
 
     #[test]

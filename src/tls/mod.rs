@@ -15,25 +15,43 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use ciphers::MinVersion;
 use client_auth::RequestClientCert;
 
+/// Why a PEM file gave no certificate or key. The caller names the flag and the file; the
+/// variants keep the I/O or PEM error as their source.
+#[derive(Debug, thiserror::Error)]
+pub enum PemError {
+    /// The file could not be read.
+    #[error("cannot read: {0}")]
+    Read(#[source] std::io::Error),
+    /// The file is not valid PEM.
+    #[error("bad PEM: {0}")]
+    Pem(#[source] rustls::pki_types::pem::Error),
+    /// The file holds no certificate.
+    #[error("no PEM certificate found")]
+    NoCertificate,
+    /// The file holds no private key.
+    #[error("no PEM private key found")]
+    NoKey,
+}
+
 /// Reads every certificate of a PEM file. An unreadable file, a PEM error or a file without any
-/// certificate is an error whose text names the problem (the caller names the flag and file).
-pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+/// certificate is an error (the caller names the flag and file).
+pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
+    let bytes = std::fs::read(path).map_err(PemError::Read)?;
     let certs = CertificateDer::pem_slice_iter(&bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("bad PEM: {e}"))?;
+        .map_err(PemError::Pem)?;
     if certs.is_empty() {
-        return Err("no PEM certificate found".into());
+        return Err(PemError::NoCertificate);
     }
     Ok(certs)
 }
 
 /// Reads the first private key (PKCS#8, PKCS#1 or SEC1) of a PEM file.
-pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read: {e}"))?;
+pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, PemError> {
+    let bytes = std::fs::read(path).map_err(PemError::Read)?;
     PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| match e {
-        rustls::pki_types::pem::Error::NoItemsFound => "no PEM private key found".to_owned(),
-        e => format!("bad PEM: {e}"),
+        rustls::pki_types::pem::Error::NoItemsFound => PemError::NoKey,
+        e => PemError::Pem(e),
     })
 }
 
