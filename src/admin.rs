@@ -13,7 +13,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::metrics::Metrics;
@@ -21,9 +21,9 @@ use crate::metrics::Metrics;
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Serves the admin endpoints until the task is aborted, which the server does once its
-/// connections have drained. `draining` turns true when shutdown begins: from then on `/readyz`
+/// connections have drained. `draining` is cancelled when shutdown begins: from then on `/readyz`
 /// answers 503, so load balancers and probes stop sending traffic while requests finish.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, draining: watch::Receiver<bool>) {
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, draining: CancellationToken) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         let tcp = match listener.accept().await {
@@ -40,7 +40,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, draining: watch
         let draining = draining.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let response = respond(&req, &metrics, *draining.borrow());
+                let response = respond(&req, &metrics, draining.is_cancelled());
                 async move { Ok::<_, Infallible>(response) }
             });
             if let Err(e) = http.serve_connection(TokioIo::new(tcp), service).await {

@@ -21,6 +21,7 @@ use crate::decision::Decider;
 use crate::metrics::Metrics;
 use crate::proxy::{ForwardOptions, Forwarder};
 use crate::reload::{ReloadRegistry, Reloadable};
+use crate::shutdown::Shutdown;
 
 /// Everything the server runs with.
 pub struct Services {
@@ -52,12 +53,16 @@ pub struct Services {
     pub audit: Option<AuditLog>,
     /// Refuse exec, attach and portForward while their audit event cannot be written.
     pub audit_require_for_streams: bool,
+    /// Draining, closing, and the connections and sessions to wait for; shared with the
+    /// forwarder, whose upgraded sessions are among them.
+    pub shutdown: Shutdown,
 }
 
 /// Builds the services from `settings`. Must run inside a Tokio runtime: the API server
 /// clients start their tasks as they are built.
 pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
     let metrics = Arc::new(Metrics::new());
+    let shutdown = Shutdown::new();
     let mut clients = ApiServerClients::new(
         Arc::clone(&metrics),
         settings.authorization.apiserver_max_reviews_inflight,
@@ -95,6 +100,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
             max_requests_inflight: upstream.max_requests_inflight,
             max_requests_inflight_per_user: upstream.max_requests_inflight_per_user,
             requests_in_flight: metrics.upstream_requests_in_flight(),
+            shutdown: shutdown.clone(),
         },
     );
     let audit = match settings.audit {
@@ -125,6 +131,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         reloads: settings.reloads,
         audit,
         audit_require_for_streams: settings.audit_require_for_streams,
+        shutdown,
     })
 }
 

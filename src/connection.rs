@@ -15,6 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, watch};
+
+use crate::shutdown::Shutdown;
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
@@ -144,15 +146,14 @@ pub enum Ended<T> {
 
 /// Serves `conn` under `deadlines`: a missed deadline starts a graceful close (`close_gracefully`:
 /// stop taking requests, let in-flight ones finish), and a connection still open a second
-/// later with nothing in flight is dropped. `shutdown` turning true closes it gracefully too;
-/// `force_close` turning true drops it at once.
+/// later with nothing in flight is dropped. Draining closes it gracefully too; closing (the
+/// grace period is over) drops it at once.
 pub async fn drive<C: Future>(
     conn: C,
     close_gracefully: impl Fn(Pin<&mut C>),
     activity: &Activity,
     deadlines: Deadlines,
-    mut shutdown: watch::Receiver<bool>,
-    mut force_close: watch::Receiver<bool>,
+    shutdown: &Shutdown,
 ) -> Ended<C::Output> {
     tokio::pin!(conn);
     let mut changes = activity.0.subscribe();
@@ -173,11 +174,11 @@ pub async fn drive<C: Future>(
                 };
             }
             _ = changes.changed() => {}
-            _ = shutdown.wait_for(|stop| *stop), if !closing => {
+            () = shutdown.draining().cancelled(), if !closing => {
                 closing = true;
                 close_gracefully(conn.as_mut());
             }
-            _ = force_close.wait_for(|close| *close) => return Ended::ForceClosed,
+            () = shutdown.closing().cancelled() => return Ended::ForceClosed,
             () = sleep_until(deadline) => {
                 if drop_at.is_some() {
                     return Ended::TimedOut;
@@ -238,19 +239,12 @@ mod tests {
         conn.closed.store(true, Ordering::SeqCst);
     }
 
-    fn never() -> watch::Receiver<bool> {
-        let (tx, rx) = watch::channel(false);
-        // Leaked so the receiver never sees the channel close.
-        std::mem::forget(tx);
-        rx
-    }
-
     #[tokio::test(start_paused = true)]
     async fn no_first_request_is_dropped_after_the_first_request_deadline_and_grace() {
         let activity = Activity::new();
         let started = Instant::now();
         let (conn, closed) = stalled();
-        let ended = drive(conn, close, &activity, DEADLINES, never(), never()).await;
+        let ended = drive(conn, close, &activity, DEADLINES, &Shutdown::new()).await;
         assert_eq!(ended, Ended::TimedOut);
         assert!(
             closed.load(Ordering::SeqCst),
@@ -266,7 +260,7 @@ mod tests {
         let ends = {
             let activity = activity.clone();
             tokio::spawn(async move {
-                drive(stalled().0, close, &activity, DEADLINES, never(), never()).await
+                drive(stalled().0, close, &activity, DEADLINES, &Shutdown::new()).await
             })
         };
         // Far past both deadlines, the request is still in flight: the connection stays.
@@ -282,23 +276,20 @@ mod tests {
     async fn shutdown_closes_gracefully_and_force_close_drops() {
         let activity = Activity::new();
         let _request = activity.begin();
-        let (stop, shutdown) = watch::channel(false);
-        let (force, force_close) = watch::channel(false);
+        let shutdown = Shutdown::new();
         let (conn, closed) = stalled();
         let ends = {
-            let activity = activity.clone();
-            tokio::spawn(async move {
-                drive(conn, close, &activity, DEADLINES, shutdown, force_close).await
-            })
+            let (activity, shutdown) = (activity.clone(), shutdown.clone());
+            tokio::spawn(async move { drive(conn, close, &activity, DEADLINES, &shutdown).await })
         };
-        stop.send_replace(true);
+        shutdown.begin();
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(closed.load(Ordering::SeqCst));
         assert!(
             !ends.is_finished(),
             "a graceful close waits for the request"
         );
-        force.send_replace(true);
+        shutdown.closing().cancel();
         assert_eq!(ends.await.unwrap(), Ended::ForceClosed);
     }
 }

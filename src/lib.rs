@@ -50,6 +50,7 @@ pub mod proxy;
 pub mod reload;
 pub mod responses;
 pub mod server;
+pub mod shutdown;
 pub mod systemd;
 #[cfg(test)]
 mod test_data;

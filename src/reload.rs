@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use notify::{RecursiveMode, Watcher};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::metrics::{Metrics, ReloadResult};
@@ -294,9 +295,9 @@ impl FileWatcher {
         }
     }
 
-    /// Applies changes until `stop` turns true. Checks once at the start, for anything written
+    /// Applies changes until `stop` is cancelled. Checks once at the start, for anything written
     /// between the first load of the files and the start of the watch.
-    pub async fn run(mut self, metrics: Arc<Metrics>, mut stop: watch::Receiver<bool>) {
+    pub async fn run(mut self, metrics: Arc<Metrics>, stop: CancellationToken) {
         if self.targets.is_empty() {
             return;
         }
@@ -313,7 +314,7 @@ impl FileWatcher {
                     while self.changes.try_recv().is_ok() {}
                 }
                 _ = recheck.tick() => {}
-                _ = stop.changed() => return,
+                () = stop.cancelled() => return,
             }
         }
     }

@@ -25,7 +25,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::UnixTime;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
@@ -42,9 +42,10 @@ use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended};
 use crate::decision::{Decider, Judgement, Refusal, RequestDecision, Unobserved, Verdict};
 use crate::held_body::Holding;
 use crate::metrics::{Metrics, Outcome, RequestLabels};
-use crate::proxy::{ForwardError, Forwarder, StreamEnded, headers};
+use crate::proxy::{ForwardError, Forwarder, UpgradedStream, headers};
 use crate::reload::Reloadable;
 use crate::responses::{self, ResponseBody};
+use crate::shutdown::Shutdown;
 
 /// What every request handler shares, read-only.
 struct Pipeline {
@@ -58,9 +59,6 @@ struct Pipeline {
     audit_refusals: RefusalSampler,
     /// Refuse exec, attach and portForward while their audit event cannot be written.
     audit_require_for_streams: bool,
-    /// Turns true when the shutdown grace period is over: connections and streams still open
-    /// are then closed.
-    force_close: watch::Sender<bool>,
 }
 
 /// The response header that names a request's audit event, as kube-apiserver sets it.
@@ -70,9 +68,9 @@ const AUDIT_ID: HeaderName = HeaderName::from_static("audit-id");
 pub struct RunningProxy {
     addr: SocketAddr,
     admin_addr: SocketAddr,
-    /// Sending `true` starts shutdown: readiness turns false and the main loop stops accepting and
-    /// drains its connections.
-    shutdown: watch::Sender<bool>,
+    /// Beginning it turns readiness false; the main loop stops accepting and drains its
+    /// connections and sessions.
+    shutdown: Shutdown,
     server: JoinHandle<()>,
     admin: JoinHandle<()>,
     /// Flushed once the connections have drained.
@@ -93,7 +91,7 @@ impl RunningProxy {
     /// Turns readiness off, stops accepting, lets in-flight requests finish within the grace
     /// period, flushes the audit log, then stops the admin listener and returns.
     pub async fn shutdown(self) {
-        let _ = self.shutdown.send(true);
+        self.shutdown.begin();
         let _ = self.server.await;
         if let Some(audit) = self.audit {
             audit.close().await;
@@ -115,12 +113,12 @@ pub async fn start(config: Services) -> std::io::Result<RunningProxy> {
     let addr = listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     let metrics = Arc::clone(&config.metrics);
-    let (shutdown, shutdown_rx) = watch::channel(false);
+    let shutdown = config.shutdown.clone();
 
     let admin = tokio::spawn(admin::serve(
         admin_listener,
         Arc::clone(&metrics),
-        shutdown_rx.clone(),
+        shutdown.draining().clone(),
     ));
     let limits = Limits {
         max_connections: config.max_connections,
@@ -140,7 +138,7 @@ pub async fn start(config: Services) -> std::io::Result<RunningProxy> {
         .max_concurrent_streams(250);
     let serving_tls = Arc::clone(&config.server_tls);
     let watcher = crate::reload::FileWatcher::new(config.reloads.into_targets());
-    tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown_rx.clone()));
+    tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown.draining().clone()));
     let pipeline = Arc::new(Pipeline {
         authenticator: config.authenticator,
         decider: config.decider,
@@ -149,7 +147,6 @@ pub async fn start(config: Services) -> std::io::Result<RunningProxy> {
         audit: config.audit.clone(),
         audit_refusals: RefusalSampler::new(config.metrics.audit_suppressed()),
         audit_require_for_streams: config.audit_require_for_streams,
-        force_close: watch::channel(false).0,
     });
     info!(%addr, %admin_addr, "serving the kubelet API");
     let server = tokio::spawn(accept_loop(
@@ -158,7 +155,7 @@ pub async fn start(config: Services) -> std::io::Result<RunningProxy> {
         Arc::new(http),
         pipeline,
         limits,
-        shutdown_rx,
+        shutdown.clone(),
     ));
     Ok(RunningProxy {
         addr,
@@ -183,7 +180,7 @@ async fn accept_loop(
     http: Arc<auto::Builder<TokioExecutor>>,
     pipeline: Arc<Pipeline>,
     limits: Limits,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: Shutdown,
 ) {
     // Bounds open connections: a permit is held for a connection's whole life, upgraded sessions
     // included; when none is left the loop stops accepting and new clients wait in the kernel's
@@ -196,7 +193,7 @@ async fn accept_loop(
                 Ok(permit) => permit,
                 Err(_) => break,
             },
-            _ = shutdown.changed() => break,
+            () = shutdown.draining().cancelled() => break,
         };
         let (tcp, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -212,7 +209,7 @@ async fn accept_loop(
                     continue;
                 }
             },
-            _ = shutdown.changed() => break,
+            () = shutdown.draining().cancelled() => break,
         };
         let slot = Arc::new(ConnectionSlot::new(permit, Arc::clone(&pipeline.metrics)));
         let pipeline = Arc::clone(&pipeline);
@@ -225,26 +222,22 @@ async fn accept_loop(
             deadlines: limits.deadlines,
             shutdown: shutdown.clone(),
         };
-        tokio::spawn(serve_connection(
+        shutdown.spawn(serve_connection(
             tcp, peer, acceptor, http, pipeline, slot, limits,
         ));
     }
     drop(listener);
-    // Every connection and upgraded session gives its slot back when it ends.
-    let drained = slots.acquire_many(limits.max_connections);
-    if tokio::time::timeout(limits.grace_period, drained)
-        .await
-        .is_err()
-    {
+    // Connections and upgraded sessions are the shutdown's tasks: draining waits for them,
+    // then closes those still open after the grace period.
+    if !shutdown.drain(limits.grace_period).await {
         warn!(
             grace_period = ?limits.grace_period,
-            "requests or streams still open after the shutdown grace period; closing them"
+            "requests or streams were still open after the shutdown grace period; closed them"
         );
-        let status = "Grace period over: closing the requests and streams still open";
+        let status = "Grace period over: closed the requests and streams still open";
         if let Err(e) = crate::systemd::notify_status(status) {
             debug!(error = %e, "cannot tell systemd the grace period is over");
         }
-        pipeline.force_close.send_replace(true);
     }
 }
 
@@ -297,8 +290,8 @@ impl AcceptBackoff {
 struct Connection {
     handshake_timeout: std::time::Duration,
     deadlines: Deadlines,
-    /// Turns true when the proxy shuts down: the connection then closes gracefully.
-    shutdown: watch::Receiver<bool>,
+    /// Draining closes the connection gracefully; closing drops it.
+    shutdown: Shutdown,
 }
 
 async fn serve_connection(
@@ -311,7 +304,11 @@ async fn serve_connection(
     limits: Connection,
 ) {
     let _ = tcp.set_nodelay(true);
-    let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await {
+    let handshake = tokio::select! {
+        handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)) => handshake,
+        () = limits.shutdown.closing().cancelled() => return,
+    };
+    let tls = match handshake {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             pipeline.metrics.handshake_failed();
@@ -324,7 +321,6 @@ async fn serve_connection(
             return;
         }
     };
-    let force_close = pipeline.force_close.subscribe();
     let identity = Arc::new(
         pipeline
             .authenticator
@@ -344,15 +340,7 @@ async fn serve_connection(
             // authorization and forwarding state) takes kilobytes; boxed, the slot is a pointer
             // and that memory is only held while a request is in flight.
             Box::pin(async move {
-                let response = pipeline.handle(&identity, peer, req).await;
-                if let Some(stream) = response.extensions().get::<StreamEnded>().cloned() {
-                    // An upgraded session outlives the HTTP connection: it keeps the
-                    // connection's place under --max-connections until it ends.
-                    tokio::spawn(async move {
-                        stream.wait().await;
-                        drop(slot);
-                    });
-                }
+                let response = pipeline.handle(&identity, peer, req, slot).await;
                 Ok::<_, Infallible>(response.map(|body| Holding::new(body, Some(in_flight))))
             })
         })
@@ -365,8 +353,7 @@ async fn serve_connection(
         |conn| conn.graceful_shutdown(),
         &activity,
         limits.deadlines,
-        limits.shutdown,
-        force_close,
+        &limits.shutdown,
     )
     .await;
     match ended {
@@ -407,11 +394,15 @@ struct AuditStart {
 }
 
 impl Pipeline {
+    /// Decides, forwards or refuses, counts and audits one request. An upgraded session keeps
+    /// the connection's `slot` under --max-connections until it ends, as it outlives the HTTP
+    /// connection.
     async fn handle(
         &self,
         identity: &ConnectionIdentity,
         peer: SocketAddr,
         req: Request<Incoming>,
+        slot: Arc<ConnectionSlot>,
     ) -> Response<ResponseBody> {
         let started = Instant::now();
         let head = req.method() == Method::HEAD;
@@ -451,41 +442,46 @@ impl Pipeline {
             },
             started.elapsed(),
         );
-        if let Some(stream) = handled.response.extensions().get::<StreamEnded>() {
-            self.track(stream.clone());
-        }
-        if let (Some(audit), Some(start)) = (&self.audit, audit_start) {
-            self.record(audit, start, peer, &mut handled);
+        let stream = handled.response.extensions_mut().remove::<UpgradedStream>();
+        let completion = match (&self.audit, audit_start) {
+            (Some(audit), Some(start)) => {
+                self.record(audit, start, peer, &mut handled, stream.is_some())
+            }
+            _ => None,
+        };
+        if let Some(stream) = stream {
+            self.metrics.streams().inc();
+            let metrics = Arc::clone(&self.metrics);
+            // The session task runs this when the session ends, however it ends.
+            stream.own(move || {
+                metrics.streams().dec();
+                drop(slot);
+                if let Some((audit, mut complete)) = completion {
+                    complete.stage = Stage::ResponseComplete;
+                    complete.stage_timestamp = SystemTime::now();
+                    audit.record(complete);
+                }
+            });
         }
         handled.response
     }
 
-    /// Counts an upgraded stream as open until it ends, and ends it when the shutdown grace
-    /// period is over.
-    fn track(&self, stream: StreamEnded) {
-        self.metrics.streams().inc();
-        let metrics = Arc::clone(&self.metrics);
-        let mut force_close = self.force_close.subscribe();
-        tokio::spawn(async move {
-            tokio::select! {
-                () = stream.clone().wait() => {}
-                _ = force_close.wait_for(|closing| *closing) => stream.close(),
-            }
-            metrics.streams().dec();
-        });
-    }
-
-    /// Records the request's audit event; for an upgraded stream, one now (`ResponseStarted`)
-    /// and one when the stream ends (`ResponseComplete`).
-    fn record(&self, audit: &AuditLog, start: AuditStart, peer: SocketAddr, handled: &mut Handled) {
+    /// Records the request's audit event: at `ResponseComplete`, or for an upgraded `stream` at
+    /// `ResponseStarted`, returning the event to record again when the session ends.
+    fn record(
+        &self,
+        audit: &AuditLog,
+        start: AuditStart,
+        peer: SocketAddr,
+        handled: &mut Handled,
+        stream: bool,
+    ) -> Option<(AuditLog, AuditEvent)> {
         if let Ok(id) = HeaderValue::from_str(&start.id.to_string()) {
             handled.response.headers_mut().insert(AUDIT_ID, id);
         }
-        let code = handled.response.status().as_u16();
-        let stream = handled.response.extensions().get::<StreamEnded>().cloned();
         let event = AuditEvent {
             id: start.id,
-            stage: if stream.is_some() {
+            stage: if stream {
                 Stage::ResponseStarted
             } else {
                 Stage::ResponseComplete
@@ -499,24 +495,17 @@ impl Pipeline {
                 subresource: handled.subresource,
                 name: Arc::clone(&self.decider.node_name),
             }),
-            response_code: code,
+            response_code: handled.response.status().as_u16(),
             request_received: start.received,
             stage_timestamp: SystemTime::now(),
             authorization: handled.authorization.take(),
         };
         if event.user.is_none() && !self.audit_refusals.admit() {
-            return;
+            return None;
         }
-        if let Some(stream) = stream {
-            let (audit, mut complete) = (audit.clone(), event.clone());
-            tokio::spawn(async move {
-                stream.wait().await;
-                complete.stage = Stage::ResponseComplete;
-                complete.stage_timestamp = SystemTime::now();
-                audit.record(complete);
-            });
-        }
+        let completion = stream.then(|| (audit.clone(), event.clone()));
         audit.record(event);
+        completion
     }
 
     async fn decide_and_forward(

@@ -1,6 +1,7 @@
 //! The [`Forwarder`]: rewrites an authorized request for the kubelet (URI, version, headers),
 //! sends it through the pooled client, cleans the answer, and hands upgrades to the splicer.
 
+use crate::shutdown::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -47,6 +48,8 @@ pub struct Forwarder {
     streaming_idle_timeout: Duration,
     /// Places for requests in flight, in all and per user.
     limits: Arc<UpstreamLimits>,
+    /// Upgraded sessions are its tasks.
+    shutdown: Shutdown,
 }
 
 /// The kubelet's address, resolved and validated (scheme, host and port, TLS server name, ALPN)
@@ -149,6 +152,7 @@ impl Forwarder {
                 options.connect_timeout,
                 options.requests_in_flight,
             )),
+            shutdown: options.shutdown,
         }
     }
 
@@ -201,13 +205,14 @@ impl Forwarder {
         // its body ends.
         let body_lease = if switched {
             let caller = caller_upgrade.ok_or(ForwardError::UnexpectedSwitchingProtocols)?;
-            let ended = upgrade::splice(
+            let stream = upgrade::splice(
                 caller,
                 hyper::upgrade::on(&mut resp),
                 self.streaming_idle_timeout,
                 lease,
+                &self.shutdown,
             );
-            resp.extensions_mut().insert(ended);
+            resp.extensions_mut().insert(stream);
             None
         } else {
             Some(lease)

@@ -15,7 +15,7 @@ use std::time::Duration;
 pub use error::{ForwardError, ProxyError};
 pub use forwarder::{Forwarder, UpstreamEndpoint};
 pub use limits::{Busy, Lease, Leased};
-pub use upgrade::StreamEnded;
+pub use upgrade::UpgradedStream;
 
 /// Where the kubelet listens (`--upstream`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,12 +55,14 @@ pub struct ForwardOptions {
     pub max_requests_inflight_per_user: usize,
     /// Counts the requests in flight to the kubelet.
     pub requests_in_flight: prometheus_client::metrics::gauge::Gauge,
+    /// Upgraded sessions run as tasks it drains, and close when its grace period is over.
+    pub shutdown: crate::shutdown::Shutdown,
 }
 
 impl Default for ForwardOptions {
     /// No identity headers; a 5 s connect timeout, long for a kubelet on the same node, short
     /// enough that a dead one turns into a prompt 502; the flags' defaults for the rest, and a
-    /// gauge of its own.
+    /// gauge and a shutdown of its own.
     fn default() -> Self {
         ForwardOptions {
             forward_identity_headers: false,
@@ -69,6 +71,7 @@ impl Default for ForwardOptions {
             max_requests_inflight: 1024,
             max_requests_inflight_per_user: 512,
             requests_in_flight: prometheus_client::metrics::gauge::Gauge::default(),
+            shutdown: crate::shutdown::Shutdown::new(),
         }
     }
 }
