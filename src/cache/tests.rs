@@ -1,0 +1,149 @@
+//! The review cache's tests: bounds, expiry and coalescing.
+
+use super::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn key(s: &str) -> CacheKey {
+    let mut h = KeyHasher::sha256();
+    h.field(s.as_bytes());
+    h.finish()
+}
+
+#[test]
+fn fields_are_length_prefixed() {
+    let mut a = KeyHasher::sha256();
+    a.field(b"ab").field(b"c");
+    let mut b = KeyHasher::sha256();
+    b.field(b"a").field(b"bc");
+    assert_ne!(a.finish(), b.finish());
+    let secret = random_hmac_key().unwrap();
+    let mut h = KeyHasher::hmac(&secret);
+    h.field(b"ab").field(b"c");
+    let mut plain = KeyHasher::sha256();
+    plain.field(b"ab").field(b"c");
+    assert_ne!(h.finish(), plain.finish());
+}
+
+#[tokio::test]
+async fn concurrent_misses_make_one_call_and_errors_are_not_kept() {
+    let metrics = Arc::new(Metrics::new());
+    let cache: Arc<ReviewCache<u32>> = Arc::new(ReviewCache::new(
+        ReviewKind::TokenReview,
+        100,
+        |_| Duration::from_secs(60),
+        Arc::clone(&metrics),
+    ));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (release, gate) = tokio::sync::watch::channel(false);
+    let mut waiters = Vec::new();
+    for _ in 0..50 {
+        let (cache, calls, mut gate) = (Arc::clone(&cache), Arc::clone(&calls), gate.clone());
+        waiters.push(tokio::spawn(async move {
+            cache
+                .get_or_review(key("k"), async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    let _ = gate.wait_for(|open| *open).await;
+                    Ok::<_, ()>(7)
+                })
+                .await
+        }));
+    }
+    tokio::task::yield_now().await;
+    release.send(true).unwrap();
+    for waiter in waiters {
+        assert_eq!(waiter.await.unwrap(), Ok(7));
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    let again = cache
+        .get_or_review(key("k"), async { Err::<u32, _>("must not run") })
+        .await;
+    assert_eq!(again, Ok(7));
+
+    let failed = cache
+        .get_or_review(key("e"), async { Err::<u32, _>("boom") })
+        .await;
+    assert_eq!(failed.unwrap_err().as_ref(), &"boom");
+    let retried = cache
+        .get_or_review(key("e"), async { Ok::<_, &str>(9) })
+        .await;
+    assert_eq!(retried, Ok(9), "an error must not be cached");
+    let exposition = metrics.encode();
+    assert!(
+        exposition.contains(r#"cache="TokenReview",result="hit""#),
+        "{exposition}"
+    );
+}
+
+/// A million distinct keys, as a flood of a million distinct bad tokens would bring (61 times
+/// the cap): the cache never holds more than its cap (moka evicts, or refuses admission, as
+/// entries arrive). About 30 s in a debug build.
+#[tokio::test]
+async fn distinct_keys_far_beyond_the_cap_never_exceed_it() {
+    const CAP: u64 = 16_384;
+    let cache: ReviewCache<u32> = ReviewCache::new(
+        ReviewKind::TokenReview,
+        CAP,
+        |_| Duration::from_secs(3600),
+        Arc::new(Metrics::new()),
+    );
+    let mut most = 0;
+    for i in 0..1_000_000u32 {
+        let mut h = KeyHasher::sha256();
+        h.field(&i.to_be_bytes());
+        let answer = cache
+            .get_or_review(h.finish(), async move { Ok::<_, ()>(i) })
+            .await;
+        assert_eq!(answer, Ok(i));
+        if i % 65_536 == 0 {
+            cache.cache.run_pending_tasks().await;
+            most = most.max(cache.cache.entry_count());
+        }
+    }
+    cache.cache.run_pending_tasks().await;
+    let held = cache.cache.entry_count();
+    assert!(held <= CAP, "{held} entries held");
+    assert!(most <= CAP, "{most} entries held at one point");
+    assert!(held > CAP / 2, "the cache is in use: {held} entries");
+}
+
+#[tokio::test]
+async fn ttl_is_chosen_per_answer() {
+    let cache: ReviewCache<bool> = ReviewCache::new(
+        ReviewKind::SubjectAccessReview,
+        100,
+        |allowed| {
+            if *allowed {
+                Duration::from_secs(60)
+            } else {
+                Duration::ZERO
+            }
+        },
+        Arc::new(Metrics::new()),
+    );
+    assert_eq!(
+        cache
+            .get_or_review(key("yes"), async { Ok::<_, ()>(true) })
+            .await,
+        Ok(true)
+    );
+    assert_eq!(
+        cache
+            .get_or_review(key("no"), async { Ok::<_, ()>(false) })
+            .await,
+        Ok(false)
+    );
+    assert_eq!(
+        cache
+            .get_or_review(key("yes"), async { Ok::<_, ()>(false) })
+            .await,
+        Ok(true),
+        "kept for its TTL"
+    );
+    assert_eq!(
+        cache
+            .get_or_review(key("no"), async { Ok::<_, ()>(true) })
+            .await,
+        Ok(true),
+        "a zero TTL keeps nothing"
+    );
+}
