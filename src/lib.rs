@@ -1,33 +1,42 @@
 //! kubelet-auth-proxy: an authenticating, authorizing reverse proxy for the kubelet API.
 //!
+//! Start-up: [`config`] turns flags and files into validated [`config::Settings`], reading files
+//! and nothing else (`check-config` stops there); [`mod@assemble`] builds the running services from
+//! them (API server and kubelet clients, metrics, the audit log); [`server`] serves. `explain`
+//! reads only [`config::AuthorizationSettings`] and runs the server's own decision.
+//!
 //! A request flows through the modules in this order (see [`server`] for the pipeline itself):
 //!
 //! - [`connection`]: each client connection's deadlines (first request, idle) and its place under
 //!   `--max-connections`; [`descriptors`]: the open-file budget those places fit in.
 //! - [`tls`]: rustls serving config; client certificates are requested, never required, and only
 //!   the handshake signature is checked there.
-//! - [`canonical_path`]: the path gate before anything else: redirect or refuse unclean paths, so
-//!   the path we authorize is the path the kubelet routes.
-//! - [`authn`]: who is calling (x509 client certificates, bearer tokens checked with TokenReview,
-//!   anonymous), with the kubelet's chain semantics; yields an `Arc<User>`.
-//! - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
-//!   authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
-//!   [`authz::rbac`] matching, [`authz::webhook`] with SubjectAccessReview) and the kubelet's loop
-//!   over the list.
+//! - [`decision`]: the one decision about a request, for the server and `explain` alike:
+//!   - [`canonical_path`]: the path gate before anything else: redirect or refuse unclean paths,
+//!     so the path we authorize is the path the kubelet routes;
+//!   - [`authn`]: who is calling (x509 client certificates, bearer tokens checked with
+//!     TokenReview, anonymous), with the kubelet's chain semantics; yields an `Arc<User>`;
+//!   - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
+//!     authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
+//!     [`authz::rbac`] matching, [`authz::webhook`] with SubjectAccessReview);
+//!   - the kubelet's loop over the list, and [`decision::Refusal::answer`]: the one place a
+//!     refusal becomes its response ([`responses`], the kubelet's bodies) and metrics label.
 //! - [`apiserver`]: TokenReview and SubjectAccessReview calls with the kubelet's retries;
 //!   [`cache`]: the bounded caches in front of them, which coalesce concurrent misses; the calls
 //!   in flight are bounded per kind.
-//! - [`responses`]: the one place refusals become HTTP responses, with the kubelet's bodies.
 //! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades (exec, attach and
-//!   portForward only), and the bound on requests in flight to it, in all and per user.
+//!   portForward only, one task owning each session), and the bound on requests in flight to it,
+//!   in all and per user. [`wire`]: the header and WebSocket protocol knowledge [`authn`] and
+//!   [`proxy`] share.
 //! - [`reload`]: certificates, the client CA and policies swapped in when their files change.
 //! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener.
-//! - [`audit`]: one `audit.k8s.io/v1` event per request, written off the request path, each
-//!   bounded in size; refusals before authentication sampled ([`audit::refusals`]).
-//! - [`systemd`]: readiness and stopping notifications for `Type=notify` units.
-//! - [`config`]: flags and configuration files → validated, loaded [`config::Config`];
-//!   [`demo`]: the self-contained tour; [`explain`]: one request's decision, step by step, for
-//!   operators, from the same configuration and code.
+//! - [`audit`]: one `audit.k8s.io/v1` event per request ([`audit`]'s `event`, `json`, `writer`,
+//!   `rotate`), written off the request path, each bounded in size; refusals before
+//!   authentication sampled ([`audit::refusals`]).
+//! - [`shutdown`]: draining, then closing after the grace period, and the connections and
+//!   sessions it waits for; [`systemd`]: readiness and stopping notifications for `Type=notify`.
+//! - [`demo`]: the self-contained tour; [`explain`]: one request's decision, step by step, or a
+//!   table of them (`--check`), for operators, from the same configuration and code.
 #![forbid(unsafe_code)]
 
 pub mod admin;

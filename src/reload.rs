@@ -137,7 +137,7 @@ pub enum Reload {
     Failed(ReloadError),
 }
 
-/// Something [`watch_files`] keeps up to date.
+/// Something [`FileWatcher`] keeps up to date.
 pub trait ReloadTarget: Send + Sync {
     /// What it is, for logs and metrics: `serving_certificate`, `client_ca`, `policy`.
     fn target(&self) -> &'static str;

@@ -1,6 +1,6 @@
 //! Configuration: flags parsed by clap ([`flags`]), then validated and read into [`Settings`].
 //! Reading files is the only I/O here: nothing is created, written, removed, connected or started,
-//! so `check-config` and `explain` can use this freely; [`crate::assemble`] turns settings into the
+//! so `check-config` and `explain` can use this freely; [`mod@crate::assemble`] turns settings into the
 //! running services. Every problem is a [`ConfigError`] that names the flag and, for files, the
 //! path, so `main` can print one clear line and exit with status 2.
 
@@ -401,7 +401,7 @@ impl AuthorizationSettings {
 }
 
 /// How many API server clients serving will build: TokenReview and the webhooks that share a
-/// kubeconfig and timeout share one (see [`crate::assemble`]).
+/// kubeconfig and timeout share one (see [`mod@crate::assemble`]).
 fn apiserver_clients(
     token_review: Option<&TokenReviewSettings>,
     authorization: &AuthorizationSettings,
