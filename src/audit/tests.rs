@@ -826,3 +826,33 @@ async fn dropping_every_clone_stops_the_writer_after_writing() {
     assert!(matches!(stopped, Ok(Err(_))), "the writer thread ended");
     assert_eq!(uris(&out.contents()), ["/a", "/b"]);
 }
+
+/// A whole line, byte for byte, as kube-apiserver's `audit.k8s.io/v1` Event at level Metadata
+/// marshals it with Go's `encoding/json`: the Event struct's field order (TypeMeta, level,
+/// auditID, stage, requestURI, verb, user, sourceIPs, userAgent, objectRef, responseStatus,
+/// the two timestamps, annotations), `omitempty` fields absent, map keys sorted, `<`, `>` and `&`
+/// escaped as `\u003c`, `\u003e`, `\u0026`, and MicroTime cut to six digits.
+#[test]
+fn a_whole_event_line_is_byte_for_byte_what_kube_apiserver_writes() {
+    let mut event = sample("/stats/summary?only_cpu_and_memory=true&x=1");
+    event.authorization = Some(Authorization::Forbid(Reason::Static(
+        "no <rule> & no binding",
+    )));
+    let expected = concat!(
+        r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","#,
+        r#""auditID":"00112233-4455-4677-8899-aabbccddeeff","stage":"ResponseComplete","#,
+        r#""requestURI":"/stats/summary?only_cpu_and_memory=true\u0026x=1","#,
+        r#""verb":"get","user":{"username":"system:node:node-1","uid":"9f6e1c2a","#,
+        r#""groups":["system:nodes","system:authenticated"],"#,
+        r#""extra":{"authentication.kubernetes.io/credential-id":["X509SHA256=4f2a"]}},"#,
+        r#""sourceIPs":["10.0.0.7"],"userAgent":"kubectl/v1.34.0 (linux/amd64)","#,
+        r#""objectRef":{"resource":"nodes","name":"node-1","apiVersion":"v1","#,
+        r#""subresource":"proxy"},"responseStatus":{"metadata":{},"code":200},"#,
+        r#""requestReceivedTimestamp":"2026-11-22T05:16:00.123456Z","#,
+        r#""stageTimestamp":"2026-11-22T05:16:00.130000Z","#,
+        r#""annotations":{"authorization.k8s.io/decision":"forbid","#,
+        r#""authorization.k8s.io/reason":"no \u003crule\u003e \u0026 no binding"}}"#,
+        "\n"
+    );
+    assert_eq!(line(&event), expected);
+}
