@@ -388,12 +388,7 @@ fn whole_request(c: &mut Criterion) {
     for (name, user, path, expected) in cases {
         let request = kubelet_attributes(&mapping, &Method::GET, path);
         let outcome = match runtime.block_on(authorize_request(
-            &chain,
-            &request,
-            user,
-            NODE,
-            path,
-            &mut Unobserved,
+            &chain, &request, user, NODE, path, Unobserved,
         )) {
             RequestDecision::Allowed { .. } => "allowed",
             RequestDecision::Forbidden { .. } => "forbidden",
@@ -401,16 +396,15 @@ fn whole_request(c: &mut Criterion) {
         };
         assert_eq!(outcome, expected, "{name}");
         group.bench_function(name, |b| {
-            b.to_async(&runtime).iter(|| async {
+            b.to_async(&runtime).iter(|| {
                 authorize_request(
                     &chain,
                     black_box(&request),
                     user,
                     NODE,
                     black_box(path),
-                    &mut Unobserved,
+                    Unobserved,
                 )
-                .await
             })
         });
     }

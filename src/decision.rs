@@ -64,6 +64,30 @@ pub struct Unobserved;
 
 impl Observer for Unobserved {}
 
+/// Lets a caller keep its observer and read it afterwards (`explain` passes `&mut recorder`).
+impl<T: Observer> Observer for &mut T {
+    fn canonical(&mut self, decoded: &str) {
+        (**self).canonical(decoded);
+    }
+
+    fn answered(
+        &mut self,
+        subresource: &'static str,
+        authorizer: &Authorizer,
+        answer: &Result<Decision, AuthorizationError>,
+    ) {
+        (**self).answered(subresource, authorizer, answer);
+    }
+
+    fn decided(
+        &mut self,
+        subresource: &'static str,
+        result: &Result<(Decision, Option<&'static str>), AuthorizationError>,
+    ) {
+        (**self).decided(subresource, result);
+    }
+}
+
 /// What was decided about a request before it is forwarded.
 #[derive(Debug)]
 pub enum Verdict {
@@ -130,7 +154,7 @@ impl Decider {
         path: &str,
         query: Option<&str>,
         authenticate: A,
-        observer: &mut impl Observer,
+        mut observer: impl Observer,
     ) -> Verdict
     where
         A: FnOnce() -> F,
@@ -164,7 +188,7 @@ impl Decider {
             &user,
             &self.node_name,
             &decoded,
-            observer,
+            &mut observer,
         )
         .await;
         Verdict::Authorized(Judgement {
@@ -184,7 +208,7 @@ pub async fn authorize_request(
     user: &User,
     node_name: &str,
     path: &str,
-    observer: &mut impl Observer,
+    mut observer: impl Observer,
 ) -> RequestDecision {
     let mut reason = Reason::Static("no attributes");
     let names = request.subresources.iter();

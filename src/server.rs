@@ -528,7 +528,7 @@ impl Pipeline {
                         unix_now(),
                     )
                 },
-                &mut Unobserved,
+                Unobserved,
             )
             .await;
         log_verdict(&verdict, peer, &req);

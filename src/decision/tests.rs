@@ -37,12 +37,7 @@ fn user(name: &str, groups: &[&str]) -> User {
 fn judge(chain: &AuthorizerChain, user: &User, method: Method, path: &str) -> RequestDecision {
     let attrs = kubelet_attributes(&AttributeMapping::default(), &method, path);
     block_on(authorize_request(
-        chain,
-        &attrs,
-        user,
-        "node-a",
-        path,
-        &mut Unobserved,
+        chain, &attrs, user, "node-a", path, Unobserved,
     ))
 }
 
@@ -153,7 +148,7 @@ fn decide_as(decider: &Decider, user: &User, method: &Method, target: &str) -> (
             authenticated.store(true, Ordering::Relaxed);
             Authentication::User(user)
         },
-        &mut Unobserved,
+        Unobserved,
     ));
     (verdict, authenticated.into_inner())
 }
@@ -210,7 +205,7 @@ fn an_unauthenticated_request_is_a_401_without_an_audit_decision() {
         "/pods",
         None,
         || async { Authentication::Failed("token rejected".into()) },
-        &mut Unobserved,
+        Unobserved,
     ));
     assert!(
         matches!(&verdict, Verdict::Unauthenticated { failure: Some(f) } if f == "token rejected")
