@@ -176,6 +176,9 @@ fn one_line(message: &str) -> String {
         .join(" ")
 }
 
+/// The level cap for the file-watching library, whatever `RUST_LOG` says.
+const QUIET_WATCHER: &str = "notify=info";
+
 /// Logs to stderr at `quiet_level` without `-v` (`info` when serving; `warn` for one-shot commands
 /// whose own output is the point), debug with `-v` to `-vvv`, trace beyond.
 fn init_logging(format: LogFormat, verbosity: u8, quiet_level: &str) {
@@ -185,7 +188,10 @@ fn init_logging(format: LogFormat, verbosity: u8, quiet_level: &str) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("warn,kubelet_auth_proxy={default_level}")));
+        .unwrap_or_else(|_| EnvFilter::new(format!("warn,kubelet_auth_proxy={default_level}")))
+        // The file watcher's library logs every inotify event at trace: with its own log written
+        // into a watched directory, that would feed itself. Its warnings still show.
+        .add_directive(QUIET_WATCHER.parse().expect("a valid directive"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))

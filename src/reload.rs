@@ -7,6 +7,7 @@
 //! atomic `..data` symlink swaps of mounted Secrets and ConfigMaps) and, as a safety net, by a
 //! check every minute, as the kubelet re-checks its CA file.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -241,6 +242,43 @@ fn watched_directories(targets: &[Arc<dyn ReloadTarget>]) -> Vec<PathBuf> {
     dirs
 }
 
+/// The file names whose changes matter in the watched directories: each file's own name, and for
+/// a symlink the name it points through and the name of its final target. A Secret or ConfigMap
+/// volume swaps its `..data` symlink, which is among them. Events on anything else (a log file
+/// written next to the configuration, an editor's swap file) are ignored, so no other writer can
+/// make the watcher work, and nothing it logs can feed it.
+fn watched_names(targets: &[Arc<dyn ReloadTarget>]) -> Vec<OsString> {
+    let mut names: Vec<OsString> = Vec::new();
+    let mut add = |name: Option<&OsStr>| {
+        if let Some(name) = name
+            && !names.iter().any(|n| n == name)
+        {
+            names.push(name.to_owned());
+        }
+    };
+    for target in targets {
+        for path in target.paths() {
+            add(path.file_name());
+            if let Ok(link) = std::fs::read_link(path) {
+                add(link.components().next().map(|c| c.as_os_str()));
+            }
+            if let Ok(resolved) = std::fs::canonicalize(path) {
+                add(resolved.file_name());
+            }
+        }
+    }
+    names
+}
+
+/// Whether an event touches one of `names`.
+fn concerns(event: &notify::Event, names: &[OsString]) -> bool {
+    event
+        .paths
+        .iter()
+        .filter_map(|path| path.file_name())
+        .any(|name| names.iter().any(|n| n == name))
+}
+
 /// Whether an event can mean new file contents. Reads (`Access`, which includes the opens of the
 /// reload itself) and metadata changes cannot; reacting to them would make every reload trigger
 /// the next.
@@ -268,8 +306,9 @@ impl FileWatcher {
     /// check still applies.
     pub fn new(targets: Vec<Arc<dyn ReloadTarget>>) -> FileWatcher {
         let (tx, changes) = mpsc::channel::<()>(1);
+        let names = watched_names(&targets);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|event| changes_contents(&event.kind)) {
+            if event.is_ok_and(|event| changes_contents(&event.kind) && concerns(&event, &names)) {
                 // One pending notification is enough: the reload reads every file anyway.
                 let _ = tx.try_send(());
             }
@@ -323,6 +362,31 @@ impl FileWatcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_events_on_watched_files_and_their_links_count() {
+        let dir = std::env::temp_dir().join(format!("kap-names-{}", std::process::id()));
+        let data = dir.join("..2026_11_24");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("tls.crt"), "x").unwrap();
+        std::os::unix::fs::symlink("..2026_11_24", dir.join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/tls.crt", dir.join("tls.crt")).unwrap();
+        std::fs::write(dir.join("policy.yaml"), "x").unwrap();
+        let target = |path: PathBuf| {
+            Arc::new(Reloadable::load("t", vec![path], |_| Ok::<_, String>(())).unwrap())
+                as Arc<dyn ReloadTarget>
+        };
+        let names = watched_names(&[target(dir.join("tls.crt")), target(dir.join("policy.yaml"))]);
+        let event =
+            |name: &str| notify::Event::new(notify::EventKind::Any).add_path(dir.join(name));
+        for watched in ["tls.crt", "..data", "policy.yaml"] {
+            assert!(concerns(&event(watched), &names), "{watched}");
+        }
+        for other in ["proxy.log", ".policy.yaml.swp", "..2026_11_25"] {
+            assert!(!concerns(&event(other), &names), "{other}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_broken_file_keeps_the_old_value_and_a_fixed_one_is_applied() {

@@ -16,7 +16,7 @@ use notify::{RecursiveMode, Watcher};
 use crate::support::client::{
     ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,
 };
-use crate::support::eventually;
+use crate::support::{eventually, within};
 use crate::support::harness::{Harness, ProxySpec, Subject, grant};
 use crate::support::load::Load;
 use crate::support::pki::{Authority, CertSpec, Issued, common_name_of, serial_of};
@@ -502,4 +502,41 @@ async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
     load.stop()
         .await
         .assert_no_failures("policy rewritten in place");
+}
+
+/// With `RUST_LOG=trace` and the proxy's own log written into the directory of the files it
+/// watches (the stand-in's stderr file sits beside the serving pair), neither the proxy nor its
+/// file-watching library logs the events that log causes, so the log cannot feed itself.
+#[tokio::test]
+async fn a_log_written_next_to_the_watched_files_does_not_feed_itself() {
+    let kubelet = within(
+        "starting the stand-in kubelet",
+        kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None),
+    )
+    .await
+    .unwrap();
+    let dir = crate::support::TempDir::new("watch-own-log");
+    let ca = Authority::root("watch own log CA");
+    let upstream = format!("http://{}", kubelet.addr().unwrap());
+    let config = crate::support::process::proxy_config(&dir, &ca, &upstream, "");
+    let trace = std::ffi::OsStr::new("trace");
+    let proxy = crate::support::process::ProxyProcess::start(
+        &dir,
+        "proxy",
+        &["--config".to_owned(), config],
+        &[("RUST_LOG", trace)],
+    )
+    .await;
+    // Let a feedback loop, if there were one, run for a while.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let settled = proxy.stderr().lines().count();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let log = proxy.stderr();
+    assert!(!log.contains("inotify event"), "file events logged");
+    let grown = log.lines().count() - settled;
+    assert!(
+        grown < 200,
+        "an idle proxy wrote {grown} log lines in 2 s: {}",
+        log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+    );
 }
