@@ -68,11 +68,11 @@ pub mod wire;
 
 pub use assemble::{Services, assemble};
 pub use config::{ConfigError, Settings};
-pub use server::{RunningProxy, start};
+pub use server::{RunningProxy, StartError, start};
 
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully, telling systemd (when it started
 /// the proxy as a `Type=notify` service) when serving begins and when draining starts.
-pub async fn run(config: Services) -> std::io::Result<()> {
+pub async fn run(config: Services) -> Result<(), StartError> {
     let proxy = start(config).await?;
     if let Err(e) = systemd::notify_ready() {
         tracing::warn!(error = %e, "cannot tell systemd the proxy is ready");

@@ -275,8 +275,19 @@ fn main() -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(2));
                 }
             };
-            runtime.block_on(kubelet_auth_proxy::run(config))?;
-            Ok(ExitCode::SUCCESS)
+            match runtime.block_on(kubelet_auth_proxy::run(config)) {
+                Ok(()) => Ok(ExitCode::SUCCESS),
+                // A listen address that cannot be bound is a configuration error: one line
+                // naming the flag, status 2, as for every other.
+                Err(e @ kubelet_auth_proxy::StartError::Bind { .. }) => {
+                    eprintln!("kubelet-auth-proxy: {e}");
+                    Ok(ExitCode::from(2))
+                }
+                Err(e @ kubelet_auth_proxy::StartError::Io(_)) => {
+                    eprintln!("kubelet-auth-proxy: {e}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
         }
     }
 }

@@ -101,15 +101,76 @@ impl RunningProxy {
     }
 }
 
+/// Why the proxy could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listen address could not be bound: another process holds it past the retry window, it
+    /// is not an address of this host, or binding it needs a privilege the proxy lacks.
+    #[error("{flag} {addr}: cannot listen: {source}{}", bind_hint(source))]
+    Bind {
+        /// `--listen-address` or `--admin-listen-address`.
+        flag: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another failure of the operating system at start.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// A hint for the bind errors operators meet.
+fn bind_hint(error: &std::io::Error) -> &'static str {
+    match error.kind() {
+        std::io::ErrorKind::AddrInUse => {
+            "; another process (the kubelet itself?) listens there: move the kubelet to another \
+             port or address first, or choose another --listen-address"
+        }
+        std::io::ErrorKind::AddrNotAvailable => "; it is not an address of this host",
+        std::io::ErrorKind::PermissionDenied => {
+            "; ports below 1024 need CAP_NET_BIND_SERVICE (the shipped unit grants it)"
+        }
+        _ => "",
+    }
+}
+
+/// How long binding is retried while the address is in use: long enough for a kubelet being
+/// moved off the port during a rollout to let go of it.
+const BIND_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Binds `addr` for `flag`. While another process holds the address (the kubelet still on the
+/// port during a rollout), retries with a backoff from 100 ms to 2 s for up to a minute, saying
+/// why; any other error, or still in use after that, is a [`StartError::Bind`].
+async fn bind(flag: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+    let started = Instant::now();
+    let mut pause = std::time::Duration::from_millis(100);
+    loop {
+        match TcpListener::bind(addr).await {
+            Ok(listener) => return Ok(listener),
+            Err(source)
+                if source.kind() == std::io::ErrorKind::AddrInUse
+                    && started.elapsed() < BIND_RETRY_WINDOW =>
+            {
+                warn!(flag, %addr, "address in use; retrying (up to a minute)");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+            }
+            Err(source) => return Err(StartError::Bind { flag, addr, source }),
+        }
+    }
+}
+
 /// Binds both listeners and starts serving.
-pub async fn start(config: Services) -> std::io::Result<RunningProxy> {
+pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     // The budget of Settings::load counts on the hard limit; make it the one in force.
     match crate::descriptors::raise_soft_limit() {
         Ok(limit) => debug!(limit, "open-file limit"),
         Err(e) => warn!(error = %e, "cannot raise the open-file limit to its hard limit"),
     }
-    let listener = TcpListener::bind(config.listen_address).await?;
-    let admin_listener = TcpListener::bind(config.admin_listen_address).await?;
+    let listener = bind("--listen-address", config.listen_address).await?;
+    let admin_listener = bind("--admin-listen-address", config.admin_listen_address).await?;
     let addr = listener.local_addr()?;
     let admin_addr = admin_listener.local_addr()?;
     let metrics = Arc::clone(&config.metrics);

@@ -48,6 +48,9 @@ pub enum DemoError {
     /// A network or file operation failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The proxy could not start serving.
+    #[error(transparent)]
+    Start(#[from] crate::StartError),
     /// A TLS configuration could not be built.
     #[error("TLS: {0}")]
     Tls(String),

@@ -251,3 +251,67 @@ async fn check_config_changes_nothing_on_disk() {
     assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
     assert!(done.stderr.contains("--audit-log-path"), "{}", done.stderr);
 }
+
+/// An address that is not this host's, or a privileged port, is a configuration error: one line
+/// naming the flag and the address with a hint, status 2, no backtrace even when asked for.
+#[tokio::test]
+async fn an_address_that_cannot_be_bound_names_its_flag_and_exits_2() {
+    let files = files();
+    for (flag, address, words) in [
+        (
+            "--listen-address",
+            "192.0.2.1:10250",
+            "not an address of this host",
+        ),
+        (
+            "--admin-listen-address",
+            "192.0.2.1:10251",
+            "not an address of this host",
+        ),
+    ] {
+        let args = command_line(&files, &[format!("{flag}={address}")]);
+        let backtrace = std::ffi::OsStr::new("1");
+        let done = crate::support::process::run_with_env(
+            &files.dir,
+            &format!("bind{flag}"),
+            &args,
+            &[("RUST_BACKTRACE", backtrace)],
+        )
+        .await;
+        let (status, stderr) = (done.status, done.stderr);
+        assert_eq!(status.code(), Some(2), "{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(
+            last.starts_with(&format!(
+                "kubelet-auth-proxy: {flag} {address}: cannot listen: "
+            )),
+            "{stderr}"
+        );
+        assert!(last.contains(words), "{last}");
+        assert!(!stderr.contains("stack backtrace"), "{stderr}");
+    }
+}
+
+/// While another process holds the listen address (the kubelet during a rollout), the proxy
+/// retries, says why, and serves as soon as the address is free.
+#[tokio::test]
+async fn a_listen_address_in_use_is_retried_until_it_is_free() {
+    let files = files();
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = holder.local_addr().unwrap();
+    let args = command_line(&files, &[format!("--listen-address={address}")]);
+    let log = files.dir.path().join("in-use.stderr");
+    let start = crate::support::process::ProxyProcess::start(&files.dir, "in-use", &args, &[]);
+    let release = async move {
+        crate::support::eventually("the retry to be logged", || {
+            let logged = std::fs::read_to_string(&log)
+                .unwrap_or_default()
+                .contains("address in use; retrying");
+            async move { logged.then_some(()) }
+        })
+        .await;
+        drop(holder);
+    };
+    let (proxy, ()) = tokio::join!(start, release);
+    assert_eq!(proxy.addr(), address);
+}

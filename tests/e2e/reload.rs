@@ -16,10 +16,10 @@ use notify::{RecursiveMode, Watcher};
 use crate::support::client::{
     ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,
 };
-use crate::support::{eventually, within};
 use crate::support::harness::{Harness, ProxySpec, Subject, grant};
 use crate::support::load::Load;
 use crate::support::pki::{Authority, CertSpec, Issued, common_name_of, serial_of};
+use crate::support::{eventually, within};
 
 const RELOADS: &str = "kubelet_auth_proxy_config_reloads_total";
 /// PEM markers around something that is not base64 of a certificate.

@@ -37,6 +37,22 @@ pub async fn run(dir: &TempDir, name: &str, args: &[String]) -> Finished {
     run_within(dir, name, args, STEP_TIMEOUT).await
 }
 
+/// [`run`] with the environment variables `env` set.
+pub async fn run_with_env(
+    dir: &TempDir,
+    name: &str,
+    args: &[String],
+    env: &[(&str, &OsStr)],
+) -> Finished {
+    let mut process = Spawned::spawn(dir, name, args, env);
+    let status = process.wait_within(STEP_TIMEOUT).await;
+    Finished {
+        status,
+        stdout: process.stdout(),
+        stderr: process.stderr(),
+    }
+}
+
 /// [`run`] with a longer bound, for commands that legitimately take longer (the demo).
 pub async fn run_within(dir: &TempDir, name: &str, args: &[String], limit: Duration) -> Finished {
     let mut process = Spawned::spawn(dir, name, args, &[]);
