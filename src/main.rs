@@ -28,7 +28,10 @@ const VERSION: &str = concat!(
 #[command(
     name = BIN_NAME,
     version = VERSION,
-    args_conflicts_with_subcommands = true
+    args_conflicts_with_subcommands = true,
+    // A single-value flag given twice takes the last value, as the kubelet's flags do; repeatable
+    // flags still collect every value.
+    args_override_self = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,9 +44,11 @@ struct Cli {
 enum Command {
     /// Run the proxy in front of a stand-in kubelet on loopback, with throwaway certificates and a
     /// local policy, and show which requests each identity may make.
+    #[command(args_override_self = true)]
     Demo(demo::DemoArgs),
     /// Validate the flags and every file they name (config files, certificates, keys, policies,
     /// kubeconfigs) without serving: exit status 0 if the proxy would start, 2 if not.
+    #[command(args_override_self = true)]
     CheckConfig(CheckConfigArgs),
     /// Explain how the proxy would decide one request for one identity, without serving.
     ///
@@ -53,6 +58,7 @@ enum Command {
     /// configuration flags and files (--config, --kubelet-config and every server option). Exit
     /// status: 0 allowed, 1 refused (403, 301, 400), 2 bad input or an authorizer error (the proxy
     /// would answer 500).
+    #[command(args_override_self = true)]
     Explain(explain::ExplainArgs),
     /// Print a shell completion script to stdout.
     Completions(CompletionsArgs),

@@ -315,3 +315,28 @@ async fn a_listen_address_in_use_is_retried_until_it_is_free() {
     let (proxy, ()) = tokio::join!(start, release);
     assert_eq!(proxy.addr(), address);
 }
+
+/// A single-value flag given twice takes the last value, as the kubelet's flags do.
+#[tokio::test]
+async fn the_last_of_a_repeated_flag_wins() {
+    let files = files();
+    let mut args = vec!["check-config".to_owned()];
+    args.extend(command_line(
+        &files,
+        &[
+            "--node-name=first".to_owned(),
+            "--idle-connection-timeout=10s".to_owned(),
+        ],
+    ));
+    args.extend([
+        "--node-name=second".to_owned(),
+        "--idle-connection-timeout=20s".to_owned(),
+    ]);
+    let done = run(&files.dir, "repeated", &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    assert!(
+        done.stdout.contains("for node \"second\""),
+        "{}",
+        done.stdout
+    );
+}
