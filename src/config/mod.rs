@@ -260,8 +260,18 @@ impl Settings {
         tls::read_key(key_path).map_err(|e| file_cause("--tls-private-key-file", key_path, e))?;
         let min_version = ciphers::parse_min_version(&flags.tls_min_version)
             .map_err(|e| flag_error("--tls-min-version", e))?;
-        let cipher_suites = ciphers::select_suites(&flags.tls_cipher_suites)
+        let ciphers::Selection {
+            suites: cipher_suites,
+            skipped,
+        } = ciphers::select_suites(&flags.tls_cipher_suites)
             .map_err(|e| flag_error("--tls-cipher-suites", e))?;
+        if !skipped.is_empty() {
+            tracing::warn!(
+                skipped = %skipped.join(","),
+                "--tls-cipher-suites: skipping suites rustls does not offer (CBC, RSA key \
+                 exchange); only AEAD suites with forward secrecy are served"
+            );
+        }
         if min_version == ciphers::MinVersion::Tls13 && !flags.tls_cipher_suites.is_empty() {
             tracing::warn!("--tls-cipher-suites has no effect with --tls-min-version=VersionTLS13");
         }

@@ -92,9 +92,24 @@ const REFUSED: &[&str] = &[
     "TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256",
 ];
 
+/// What `--tls-cipher-suites` selects.
+#[derive(Debug)]
+pub struct Selection {
+    /// The suites to offer, TLS 1.3 first.
+    pub suites: Vec<SupportedCipherSuite>,
+    /// Named suites Go knows but rustls does not offer (CBC, RSA key exchange, 3DES, RC4),
+    /// skipped; the caller warns about them.
+    pub skipped: Vec<String>,
+}
+
 /// Turns `--tls-cipher-suites` into the suite list for rustls. An empty list means every suite
 /// rustls offers. As in Go, the list restricts TLS 1.2 only: all TLS 1.3 suites stay enabled.
-pub fn select_suites(names: &[String]) -> Result<Vec<SupportedCipherSuite>, String> {
+///
+/// Suites Go knows but rustls does not offer are skipped (and listed in
+/// [`Selection::skipped`]) as long as at least one named suite can be offered: real kubelet
+/// configurations (CIS benchmark lists) name `TLS_RSA_*` suites beside the ECDHE ones. A list of
+/// such suites only, or an unknown name, is an error.
+pub fn select_suites(names: &[String]) -> Result<Selection, String> {
     let tls13 = || {
         SUITES
             .iter()
@@ -110,26 +125,38 @@ pub fn select_suites(names: &[String]) -> Result<Vec<SupportedCipherSuite>, Stri
                 .filter(|s| s.tls13().is_none()),
         );
         all.dedup_by_key(|s| s.suite());
-        return Ok(all);
+        return Ok(Selection {
+            suites: all,
+            skipped: Vec::new(),
+        });
     }
     let mut chosen: Vec<SupportedCipherSuite> = tls13().collect();
+    let mut named = 0;
+    let mut skipped = Vec::new();
     for name in names {
         let name = name.trim();
         match SUITES.iter().find(|(n, _)| *n == name) {
             Some((_, suite)) => {
+                named += 1;
                 if !chosen.iter().any(|c| c.suite() == suite.suite()) {
                     chosen.push(*suite);
                 }
             }
-            None if REFUSED.contains(&name) => {
-                return Err(format!(
-                    "cipher suite {name} is not supported (only AEAD suites with forward secrecy are available)"
-                ));
-            }
+            None if REFUSED.contains(&name) => skipped.push(name.to_owned()),
             None => return Err(format!("unknown cipher suite {name:?}")),
         }
     }
-    Ok(chosen)
+    if named == 0 {
+        return Err(format!(
+            "cipher suite {} is not supported (only AEAD suites with forward secrecy are \
+             available), and no other named suite can be offered",
+            skipped.join(", ")
+        ));
+    }
+    Ok(Selection {
+        suites: chosen,
+        skipped,
+    })
 }
 
 #[cfg(test)]
@@ -150,7 +177,9 @@ mod tests {
 
     #[test]
     fn suites_by_go_name() {
-        let chosen = select_suites(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()]).unwrap();
+        let chosen = select_suites(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into()])
+            .unwrap()
+            .suites;
         let tls12: Vec<_> = chosen.iter().filter(|s| s.tls13().is_none()).collect();
         assert_eq!(tls12.len(), 1);
         assert_eq!(chosen.iter().filter(|s| s.tls13().is_some()).count(), 3);
@@ -158,6 +187,34 @@ mod tests {
         assert!(err.contains("not supported"), "{err}");
         let err = select_suites(&["TLS_FOO".into()]).unwrap_err();
         assert!(err.contains("unknown cipher suite"), "{err}");
-        assert_eq!(select_suites(&[]).unwrap().len(), 9);
+        assert_eq!(select_suites(&[]).unwrap().suites.len(), 9);
+    }
+
+    #[test]
+    fn suites_rustls_cannot_offer_are_skipped_beside_usable_ones() {
+        let cis: Vec<String> = [
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256",
+            "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+            "TLS_RSA_WITH_AES_256_GCM_SHA384",
+            "TLS_RSA_WITH_AES_128_GCM_SHA256",
+        ]
+        .map(String::from)
+        .to_vec();
+        let selection = select_suites(&cis).unwrap();
+        assert_eq!(
+            selection.skipped,
+            [
+                "TLS_RSA_WITH_AES_256_GCM_SHA384",
+                "TLS_RSA_WITH_AES_128_GCM_SHA256"
+            ]
+        );
+        assert_eq!(
+            selection
+                .suites
+                .iter()
+                .filter(|s| s.tls13().is_none())
+                .count(),
+            2
+        );
     }
 }

@@ -340,3 +340,36 @@ async fn the_last_of_a_repeated_flag_wins() {
         done.stdout
     );
 }
+
+/// A cipher list from a CIS-hardened KubeletConfiguration names `TLS_RSA_*` suites beside ECDHE
+/// ones: the proxy starts, skipping what rustls cannot offer and saying which; a list of such
+/// suites only is refused, naming them.
+#[tokio::test]
+async fn cipher_suites_rustls_cannot_offer_are_skipped_with_a_warning() {
+    let files = files();
+    let cis = "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,\
+               TLS_RSA_WITH_AES_256_GCM_SHA384,TLS_RSA_WITH_AES_128_GCM_SHA256";
+    let mut args = vec!["check-config".to_owned()];
+    args.extend(command_line(&files, &[cis.to_owned()]));
+    let done = run(&files.dir, "cis", &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("TLS_RSA_WITH_AES_256_GCM_SHA384,TLS_RSA_WITH_AES_128_GCM_SHA256"),
+        "{}",
+        done.stderr
+    );
+    let mut args = vec!["check-config".to_owned()];
+    args.extend(command_line(
+        &files,
+        &["--tls-cipher-suites=TLS_RSA_WITH_AES_128_GCM_SHA256".to_owned()],
+    ));
+    let done = run(&files.dir, "rsa-only", &args).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("--tls-cipher-suites: cipher suite TLS_RSA_WITH_AES_128_GCM_SHA256"),
+        "{}",
+        done.stderr
+    );
+}
