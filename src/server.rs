@@ -592,7 +592,7 @@ impl Pipeline {
                 Unobserved,
             )
             .await;
-        log_verdict(&verdict, peer, &req);
+        log_verdict(&verdict, peer, &req, &self.authenticator);
         let subresource = verdict.subresource();
         let verb = verdict.verb(req.method());
         let authorization = verdict.audit();
@@ -653,11 +653,23 @@ impl Pipeline {
 
 /// One log line for a request the proxy refuses or allows: debug for the usual, warn for an
 /// authorizer failure. Never a credential: only names, the path and reasons.
-fn log_verdict(verdict: &Verdict, peer: SocketAddr, req: &Request<Incoming>) {
+fn log_verdict(
+    verdict: &Verdict,
+    peer: SocketAddr,
+    req: &Request<Incoming>,
+    authenticator: &Authenticator,
+) {
     let path = req.uri().path();
+    let ignored_token = || authenticator.ignores_token(req.version(), req.headers());
     match verdict {
         Verdict::Redirect { .. } => {}
         Verdict::BadPath(reason) => debug!(%peer, %reason, "refused request path"),
+        Verdict::Unauthenticated { failure: None } if ignored_token() => debug!(
+            %peer,
+            path,
+            "no credential: a bearer token was sent, but token authentication is off \
+             (--authentication-token-webhook)"
+        ),
         Verdict::Unauthenticated { failure: None } => debug!(%peer, path, "no credential"),
         Verdict::Unauthenticated {
             failure: Some(reason),
@@ -667,6 +679,14 @@ fn log_verdict(verdict: &Verdict, peer: SocketAddr, req: &Request<Incoming>) {
             attributes,
             decision,
         }) => {
+            if user.name == crate::authn::ANONYMOUS_USER && ignored_token() {
+                debug!(
+                    %peer,
+                    path,
+                    "anonymous: a bearer token was sent, but token authentication is off \
+                     (--authentication-token-webhook)"
+                );
+            }
             let (user, verb) = (&user.name, attributes.verb);
             match decision {
                 RequestDecision::Allowed {

@@ -171,6 +171,18 @@ impl Authenticator {
         }
     }
 
+    /// Whether the request carries a bearer token (in `Authorization` or a WebSocket
+    /// subprotocol) that nothing here checks because token authentication is off: such a
+    /// request is unauthenticated (or anonymous), which logs should say rather than "no
+    /// credential".
+    pub fn ignores_token(&self, version: Version, headers: &HeaderMap) -> bool {
+        self.tokens.is_none()
+            && (headers.contains_key(http::header::AUTHORIZATION)
+                || (crate::wire::is_websocket_upgrade(version, headers)
+                    && crate::wire::websocket_protocols(headers)
+                        .any(|p| crate::wire::bearer_protocol_token(p).is_some())))
+    }
+
     /// Authenticates one request of a connection at `now_secs` (Unix seconds).
     pub async fn authenticate(
         &self,

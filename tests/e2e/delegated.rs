@@ -1355,3 +1355,51 @@ async fn metrics_count_calls_cache_lookups_and_coalesced_waits() {
     }
     assert!(coalesced >= 1.0, "no coalesced wait in three rounds");
 }
+
+/// A bearer token sent while token authentication is off is never checked; the log says so
+/// instead of "no credential", and, with anonymous access on, why the caller is anonymous.
+#[tokio::test]
+async fn a_token_sent_while_token_authentication_is_off_is_named_in_the_log() {
+    let kubelet = within(
+        "starting the stand-in kubelet",
+        kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None),
+    )
+    .await
+    .unwrap();
+    let upstream = format!("http://{}", kubelet.addr().unwrap());
+    for (anonymous, status, words) in [
+        (
+            false,
+            StatusCode::UNAUTHORIZED,
+            "no credential: a bearer token was sent",
+        ),
+        (true, StatusCode::OK, "anonymous: a bearer token was sent"),
+    ] {
+        let dir = crate::support::TempDir::new("ignored-token");
+        let ca = Authority::root("ignored token CA");
+        let extra = format!("anonymousAuth: {anonymous}\n");
+        let config = crate::support::process::proxy_config(&dir, &ca, &upstream, &extra);
+        let proxy = crate::support::process::ProxyProcess::start(
+            &dir,
+            "proxy",
+            &["--config".to_owned(), config, "-v=2".to_owned()],
+            &[],
+        )
+        .await;
+        let client = Client::new(ca.cert(), proxy.addr(), Identity::None);
+        let request = request("GET", "/pods")
+            .header("authorization", "Bearer not-checked")
+            .body(empty())
+            .unwrap();
+        assert_eq!(client.send(request).await.status, status);
+        crate::support::eventually("the log line", || {
+            let logged = proxy.stderr().contains(words);
+            async move { logged.then_some(()) }
+        })
+        .await;
+        assert!(
+            !proxy.stderr().contains("not-checked"),
+            "the token itself was logged"
+        );
+    }
+}
