@@ -256,8 +256,16 @@ impl Settings {
             .as_deref()
             .ok_or_else(|| flag_error("--tls-private-key-file", "required"))?;
         // Read once here for precise errors; the reloadable rebuilds from the same files.
-        tls::read_certs(cert_path).map_err(|e| file_cause("--tls-cert-file", cert_path, e))?;
-        tls::read_key(key_path).map_err(|e| file_cause("--tls-private-key-file", key_path, e))?;
+        let certs =
+            tls::read_certs(cert_path).map_err(|e| file_cause("--tls-cert-file", cert_path, e))?;
+        let key = tls::read_key(key_path)
+            .map_err(|e| file_cause("--tls-private-key-file", key_path, e))?;
+        check_pair(
+            &certs,
+            &key,
+            ("--tls-cert-file", cert_path),
+            ("--tls-private-key-file", key_path),
+        )?;
         let min_version = ciphers::parse_min_version(&flags.tls_min_version)
             .map_err(|e| flag_error("--tls-min-version", e))?;
         let ciphers::Selection {
@@ -632,6 +640,32 @@ fn upstream_target(url: &str) -> Result<UpstreamTarget, String> {
     }
 }
 
+/// A certificate and key pair given by two flags: the key must be the certificate's. The error
+/// names the key's flag and file, and the certificate's.
+fn check_pair(
+    chain: &[rustls::pki_types::CertificateDer<'static>],
+    key: &rustls::pki_types::PrivateKeyDer<'static>,
+    (cert_flag, cert_path): (&'static str, &Path),
+    (key_flag, key_path): (&'static str, &Path),
+) -> Result<(), ConfigError> {
+    tls::check_pair(chain, key).map_err(|e| {
+        let reason = match e {
+            tls::PairError::Mismatch => format!(
+                "does not belong to the certificate of {cert_flag} {} (their public keys \
+                 differ); give the key that certificate was issued for",
+                cert_path.display()
+            ),
+            tls::PairError::UnsupportedKey(_) => e.to_string(),
+        };
+        ConfigError::File {
+            flag: key_flag,
+            path: key_path.to_owned(),
+            reason,
+            source: Some(Box::new(e)),
+        }
+    })
+}
+
 /// The kubelet from `--upstream` and its TLS flags, resolved, with the bounds on requests to it.
 fn upstream(flags: &ProxyFlags) -> Result<UpstreamSettings, ConfigError> {
     if flags.upstream_max_requests_inflight_per_user > flags.upstream_max_requests_inflight {
@@ -661,11 +695,14 @@ fn upstream(flags: &ProxyFlags) -> Result<UpstreamSettings, ConfigError> {
         &flags.upstream_client_cert_file,
         &flags.upstream_client_key_file,
     ) {
-        (Some(cert), Some(key)) => Some((
-            tls::read_certs(cert)
-                .map_err(|e| file_cause("--upstream-client-cert-file", cert, e))?,
-            tls::read_key(key).map_err(|e| file_cause("--upstream-client-key-file", key, e))?,
-        )),
+        (Some(cert), Some(key)) => {
+            let cert_flag = ("--upstream-client-cert-file", cert.as_path());
+            let key_flag = ("--upstream-client-key-file", key.as_path());
+            let chain = tls::read_certs(cert).map_err(|e| file_cause(cert_flag.0, cert, e))?;
+            let private = tls::read_key(key).map_err(|e| file_cause(key_flag.0, key, e))?;
+            check_pair(&chain, &private, cert_flag, key_flag)?;
+            Some((chain, private))
+        }
         (None, None) => None,
         (Some(_), None) => {
             return Err(flag_error(

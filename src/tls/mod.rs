@@ -55,6 +55,35 @@ pub fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, PemError> {
     })
 }
 
+/// Why a certificate and a private key cannot be used together.
+#[derive(Debug, thiserror::Error)]
+pub enum PairError {
+    /// The key is of a type the ring provider cannot sign with.
+    #[error("unsupported private key type (RSA, ECDSA P-256/P-384 and Ed25519 are): {0}")]
+    UnsupportedKey(#[source] rustls::Error),
+    /// The key's public half is not the certificate's public key.
+    #[error("does not belong to the certificate (their public keys differ)")]
+    Mismatch,
+}
+
+/// Checks that `key` is the private key of the first certificate of `chain`, so a mismatch is
+/// reported naming the key rather than as a failure to build the TLS configuration. When the
+/// public key cannot be compared (an unusual key encoding), rustls' own check still applies
+/// when the configuration is built.
+pub fn check_pair(
+    chain: &[CertificateDer<'static>],
+    key: &PrivateKeyDer<'static>,
+) -> Result<(), PairError> {
+    let signing_key =
+        rustls::crypto::ring::sign::any_supported_type(key).map_err(PairError::UnsupportedKey)?;
+    match rustls::sign::CertifiedKey::new(chain.to_vec(), signing_key).keys_match() {
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err(PairError::Mismatch)
+        }
+        _ => Ok(()),
+    }
+}
+
 fn provider_with(suites: Vec<rustls::SupportedCipherSuite>) -> rustls::crypto::CryptoProvider {
     rustls::crypto::CryptoProvider {
         cipher_suites: suites,

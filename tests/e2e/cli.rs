@@ -373,3 +373,40 @@ async fn cipher_suites_rustls_cannot_offer_are_skipped_with_a_warning() {
         done.stderr
     );
 }
+
+/// A key that is not the certificate's is named with its flag and file, and the certificate's,
+/// for the serving pair and for the client pair towards the kubelet.
+#[tokio::test]
+async fn a_key_that_is_not_the_certificates_is_named() {
+    let files = files();
+    let ca = Authority::root("other CA");
+    let other = ca.issue(&CertSpec::server());
+    let other_key = files.dir.write("other.key", other.key_pem());
+    let (key, cert) = (
+        other_key.display().to_string(),
+        files.cert.display().to_string(),
+    );
+    let s = |v: &[&str]| v.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+    let cases = vec![
+        (
+            vec![format!("--tls-private-key-file={key}")],
+            s(&[
+                &format!("--tls-private-key-file {key}: does not belong to the certificate"),
+                &format!("--tls-cert-file {cert}"),
+            ]),
+        ),
+        (
+            vec![
+                "--upstream=https://127.0.0.1:1".to_owned(),
+                format!("--upstream-ca-file={}", files.ca.display()),
+                format!("--upstream-client-cert-file={cert}"),
+                format!("--upstream-client-key-file={key}"),
+            ],
+            s(&[
+                &format!("--upstream-client-key-file {key}: does not belong to the certificate"),
+                &format!("--upstream-client-cert-file {cert}"),
+            ]),
+        ),
+    ];
+    assert_config_errors(&files, &cases).await;
+}
