@@ -1,6 +1,6 @@
 //! Turns the raw records of a `bench/run` (one tab-separated line per measurement, oha's JSON
 //! output, burst summaries) into the results JSON and `docs/BENCHMARKS.md`, with every figure
-//! next to its target from issue 5.
+//! next to its target (the throughput and cost goals the project set itself).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -440,7 +440,7 @@ fn yes_no(met: Option<bool>) -> &'static str {
     }
 }
 
-/// A target of issue 5 for one proxy: what it asks, the figure, and whether it is met.
+/// A target for one proxy: what it asks, the figure, and whether it is met.
 struct Goal {
     proxy: String,
     target: &'static str,
@@ -611,8 +611,7 @@ fn goals(run: &Run) -> Vec<Goal> {
 
 fn markdown(run: &Run, work_dir: &Path) -> String {
     let meta = |k: &str| run.meta.get(k).cloned().unwrap_or_else(|| "?".to_owned());
-    let work = work_dir.display().to_string();
-    let hide = |s: &str| s.replace(&work, "$WORK");
+    let hide = |s: &str| hide_paths(s, work_dir);
     let mut md = String::new();
     let w = &mut md;
     let _ = writeln!(w, "# Benchmarks\n");
@@ -703,7 +702,7 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
          no kubelet authorization: it is the floor of what a proxy costs."
     );
 
-    let _ = writeln!(w, "\n## Targets (issue 5)\n");
+    let _ = writeln!(w, "\n## Targets\n");
     let _ = writeln!(w, "| Proxy | Target | Figure | Met |\n|---|---|---|---|");
     for goal in goals(run) {
         let _ = writeln!(
@@ -997,9 +996,24 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
     md
 }
 
+/// `s` with the run's temporary directories named, not spelled: the work directory as `$WORK`,
+/// the stand-in API server's (where its kubeconfig lies) as `$APISERVER`, so the report holds no
+/// path of the machine it ran on.
+fn hide_paths(s: &str, work_dir: &Path) -> String {
+    const APISERVER_DIR: &str = "/kap-e2e-";
+    let mut out = s.replace(&work_dir.display().to_string(), "$WORK");
+    while let Some(start) = out.find(APISERVER_DIR) {
+        let dir_start = out[..start].rfind(['=', ' ']).map_or(0, |i| i + 1);
+        let dir_end = out[start + 1..]
+            .find('/')
+            .map_or(out.len(), |i| start + 1 + i);
+        out.replace_range(dir_start..dir_end, "$APISERVER");
+    }
+    out
+}
+
 fn results_json(run: &Run, work_dir: &Path) -> Value {
-    let work = work_dir.display().to_string();
-    let hide = |s: &str| s.replace(&work, "$WORK");
+    let hide = |s: &str| hide_paths(s, work_dir);
     let loads: Vec<Value> = run
         .loads
         .iter()
@@ -1129,6 +1143,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_names_temporary_directories_instead_of_spelling_them() {
+        let work = Path::new("/tmp/kap-bench.X1");
+        let args = "--tls-cert-file=/tmp/kap-bench.X1/pki/proxy.crt \
+                    --kubeconfig=/tmp/kap-e2e-2931-0-apiserver/kubeconfig-cert.yaml --v=0";
+        assert_eq!(
+            hide_paths(args, work),
+            "--tls-cert-file=$WORK/pki/proxy.crt --kubeconfig=$APISERVER/kubeconfig-cert.yaml --v=0"
+        );
+    }
 
     #[test]
     fn median_of_odd_and_even_counts() {

@@ -199,8 +199,8 @@ pub struct ProxyFlags {
           require_equals = true, default_missing_value = "true", help_heading = "Authorization")]
     pub standalone_statusz_flagz: bool,
 
-    /// Set X-Remote-User, X-Remote-Group and X-Remote-Extra-* on forwarded requests (client-sent
-    /// ones are always removed).
+    /// Set X-Remote-User, X-Remote-Uid, X-Remote-Group and X-Remote-Extra-* on forwarded requests
+    /// (client-sent ones are always removed).
     #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
           require_equals = true, default_missing_value = "true", help_heading = "Upstream kubelet")]
     pub forward_identity_headers: bool,
