@@ -75,6 +75,10 @@ struct CompletionsArgs {
 
 #[derive(Debug, clap::Args)]
 struct CheckConfigArgs {
+    /// Treat warnings (rules that can never match, a chain that can never allow, AlwaysAllow,
+    /// anonymous callers allowed to run commands, …) as errors: exit 2 if there is any. For CI.
+    #[arg(long)]
+    strict: bool,
     #[command(flatten)]
     flags: Box<ProxyFlags>,
 }
@@ -232,7 +236,20 @@ fn main() -> anyhow::Result<ExitCode> {
         Some(Command::CheckConfig(args)) => {
             init_logging(args.flags.log_format, args.flags.verbosity, "info");
             match runtime.block_on(Settings::load(&args.flags)) {
+                Ok(settings) if args.strict && !settings.warnings.is_empty() => {
+                    for warning in &settings.warnings {
+                        eprintln!("kubelet-auth-proxy: {warning}");
+                    }
+                    eprintln!(
+                        "kubelet-auth-proxy: {} warning(s), refused by --strict",
+                        settings.warnings.len()
+                    );
+                    Ok(ExitCode::from(2))
+                }
                 Ok(settings) => {
+                    for warning in &settings.warnings {
+                        eprintln!("kubelet-auth-proxy: warning: {warning}");
+                    }
                     println!(
                         "kubelet-auth-proxy: configuration is valid: serving {} for node {:?}, authorizers {}",
                         settings.listen_address,
@@ -270,9 +287,11 @@ fn main() -> anyhow::Result<ExitCode> {
             init_logging(cli.flags.log_format, cli.flags.verbosity, "info");
             // Inside the runtime: the API server clients start their tasks as they are built.
             let loaded = runtime.block_on(async {
-                Settings::load(&cli.flags)
-                    .await
-                    .and_then(kubelet_auth_proxy::assemble)
+                let settings = Settings::load(&cli.flags).await?;
+                for warning in &settings.warnings {
+                    tracing::warn!(flag = warning.flag, "{}", warning.message);
+                }
+                kubelet_auth_proxy::assemble(settings)
             });
             let config = match loaded {
                 Ok(config) => config,

@@ -152,6 +152,17 @@ impl AuthorizerChain {
         &self.authorizers
     }
 
+    /// The local policies in force, in chain order, for tools that inspect them.
+    pub fn policies(&self) -> Vec<Arc<PolicyAuthorizer>> {
+        self.authorizers
+            .iter()
+            .filter_map(|a| match a {
+                Authorizer::Policy(policy) => Some(policy.current_arc()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The authorizers' mode names, in order, e.g. `Node,Policy,Webhook`.
     pub fn names(&self) -> String {
         let names: Vec<&str> = self.authorizers.iter().map(Authorizer::name).collect();

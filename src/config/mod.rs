@@ -8,6 +8,7 @@ pub mod authorization;
 pub mod duration;
 pub mod file;
 pub mod flags;
+pub mod warnings;
 
 use std::error::Error as StdError;
 use std::net::SocketAddr;
@@ -30,6 +31,7 @@ use crate::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
 use authorization::{AuthorizerSpec, FailurePolicy, WebhookSpec};
 use flags::{AuthorizationMode, ProxyFlags};
+use warnings::{Warning, authorization_warnings};
 
 /// The cause of a configuration problem, kept so that callers can tell one failure from another.
 pub type Cause = Box<dyn StdError + Send + Sync>;
@@ -140,6 +142,8 @@ pub struct Settings {
     pub audit_require_for_streams: bool,
     /// The files watched for changes, in the order their values were loaded.
     pub reloads: ReloadRegistry,
+    /// What works but should be looked at: logged at start, printed by `check-config`.
+    pub warnings: Vec<Warning>,
 }
 
 /// TokenReview settings.
@@ -273,15 +277,22 @@ impl Settings {
             skipped,
         } = ciphers::select_suites(&flags.tls_cipher_suites)
             .map_err(|e| flag_error("--tls-cipher-suites", e))?;
+        let mut warnings = Vec::new();
         if !skipped.is_empty() {
-            tracing::warn!(
-                skipped = %skipped.join(","),
-                "--tls-cipher-suites: skipping suites rustls does not offer (CBC, RSA key \
-                 exchange); only AEAD suites with forward secrecy are served"
-            );
+            warnings.push(Warning::new(
+                "--tls-cipher-suites",
+                format!(
+                    "skipping {}: rustls does not offer them (CBC, RSA key exchange); only AEAD \
+                     suites with forward secrecy are served",
+                    skipped.join(",")
+                ),
+            ));
         }
         if min_version == ciphers::MinVersion::Tls13 && !flags.tls_cipher_suites.is_empty() {
-            tracing::warn!("--tls-cipher-suites has no effect with --tls-min-version=VersionTLS13");
+            warnings.push(Warning::new(
+                "--tls-cipher-suites",
+                "has no effect with --tls-min-version=VersionTLS13",
+            ));
         }
 
         let mut reloads = ReloadRegistry::default();
@@ -312,7 +323,18 @@ impl Settings {
         .map_err(|e| file_cause("--tls-cert-file", cert_path, e))?;
         let authorization = AuthorizationSettings::read(flags, &mut reloads).await?;
         let apiserver_clients = apiserver_clients(token_review.as_ref(), &authorization);
-        let max_connections = descriptor_plan(flags, apiserver_clients)?;
+        let max_connections = descriptor_plan(flags, apiserver_clients, &mut warnings)?;
+        let policy_flag = if flags.authorization_config.is_some() {
+            "--authorization-config"
+        } else {
+            "--authorization-policy-file"
+        };
+        warnings.extend(authorization_warnings(
+            &authorization,
+            flags.anonymous_auth,
+            policy_flag,
+        ));
+        let audit = audit_settings(flags, &mut warnings)?;
 
         Ok(Settings {
             listen_address: flags.listen_address,
@@ -327,9 +349,10 @@ impl Settings {
             idle_connection_timeout: flags.idle_connection_timeout,
             max_connections,
             shutdown_grace_period: flags.shutdown_grace_period,
-            audit: audit_settings(flags)?,
+            audit,
             audit_require_for_streams: flags.audit_log_require_for_streams,
             reloads,
+            warnings,
         })
     }
 }
@@ -441,20 +464,25 @@ fn apiserver_clients(
 /// Checks `--audit-log-path` and its rotation and truncation flags without creating, writing or
 /// removing anything: the directory must exist and be writable, and the file, if present, must be
 /// a regular file.
-fn audit_settings(flags: &ProxyFlags) -> Result<Option<AuditSettings>, ConfigError> {
+fn audit_settings(
+    flags: &ProxyFlags,
+    warnings: &mut Vec<Warning>,
+) -> Result<Option<AuditSettings>, ConfigError> {
     let Some(path) = &flags.audit_log_path else {
         return Ok(None);
     };
     let target = AuditTarget::from_flag(path.clone());
     if let AuditTarget::File(file) = &target {
         if flags.audit_log_maxsize == 0 {
-            tracing::warn!(
-                "--audit-log-maxsize=0: the audit log is never rotated and can fill its disk"
-            );
+            warnings.push(Warning::new(
+                "--audit-log-maxsize",
+                "0: the audit log is never rotated and can fill its disk",
+            ));
         } else if flags.audit_log_maxbackup == 0 {
-            tracing::warn!(
-                "--audit-log-maxbackup=0: every rotated audit log is kept; together they can fill their disk"
-            );
+            warnings.push(Warning::new(
+                "--audit-log-maxbackup",
+                "0: every rotated audit log is kept; together they can fill their disk",
+            ));
         }
         audit::check_file_target(file).map_err(|e| file_cause("--audit-log-path", path, e))?;
     }
@@ -486,7 +514,11 @@ fn default_node_name() -> Result<String, String> {
 
 /// The client connections to serve: `--max-connections`, lowered (with a warning) when it does not
 /// fit the descriptor limit beside the upstream and API server bounds (see [`descriptors`]).
-fn descriptor_plan(flags: &ProxyFlags, apiserver_clients: usize) -> Result<u32, ConfigError> {
+fn descriptor_plan(
+    flags: &ProxyFlags,
+    apiserver_clients: usize,
+    warnings: &mut Vec<Warning>,
+) -> Result<u32, ConfigError> {
     let limit = descriptors::hard_limit();
     // Two review kinds per API server client.
     let apiserver = 2 * u64::from(flags.apiserver_max_reviews_inflight) * apiserver_clients as u64;
@@ -499,8 +531,8 @@ fn descriptor_plan(flags: &ProxyFlags, apiserver_clients: usize) -> Result<u32, 
         },
     )
     .map_err(|e| flag_error("--max-connections", e.to_string()))?;
-    if let Some(warning) = &plan.warning {
-        tracing::warn!("{warning}");
+    if let Some(warning) = plan.warning {
+        warnings.push(Warning::new("--max-connections", warning));
     }
     Ok(plan.max_connections)
 }

@@ -3,7 +3,6 @@
 //! server's own configuration and code, plus warnings for local policy rules that can never match.
 
 mod check;
-mod lint;
 mod render;
 mod trace;
 
@@ -21,7 +20,7 @@ use crate::config::AuthorizationSettings;
 use crate::config::flags::ProxyFlags;
 use crate::metrics::Outcome;
 
-pub use lint::{PolicyWarning, policy_warnings, role_warnings};
+pub use crate::authz::policy::lint::{PolicyWarning, policy_warnings, role_warnings};
 pub use render::{render_json, render_text};
 pub use trace::explain;
 

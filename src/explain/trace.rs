@@ -7,12 +7,12 @@ use std::sync::Arc;
 use http::{Method, Response};
 use http_body_util::BodyExt;
 
-use super::lint::policy_warnings;
 use super::{
     API_VERSION, Answer, AttributeTrial, AuthorizerAnswer, Conclusion, Explanation, KIND,
     PathVerdict, RequestInfo, UserInfo,
 };
 use crate::authn::{Authentication, User};
+use crate::authz::policy::lint::policy_warnings;
 use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, Decision};
 use crate::decision::{Decider, Observer, Verdict};
 use crate::metrics::Outcome;
@@ -88,7 +88,11 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
         subresources,
         attributes: recorder.trials,
         result,
-        warnings: policy_warnings(chain, &decider.mapping, &decider.node_name),
+        warnings: policy_warnings(
+            chain.policies().iter().map(|p| &**p),
+            &decider.mapping,
+            &decider.node_name,
+        ),
     }
 }
 

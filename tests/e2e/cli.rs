@@ -410,3 +410,84 @@ async fn a_key_that_is_not_the_certificates_is_named() {
     ];
     assert_config_errors(&files, &cases).await;
 }
+
+/// Configurations that load but should be looked at are warned about, naming the flag;
+/// `--strict` refuses them (for CI). The shipped policies pass `--strict`.
+#[tokio::test]
+async fn check_config_warns_and_strict_refuses() {
+    let files = files();
+    let anonymous_exec = files.dir.write(
+        "anonymous-exec.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n\
+         metadata: {name: open}\n\
+         rules: [{apiGroups: [\"\"], resources: [\"nodes/*\", nodes/proxy], verbs: [create]}]\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {name: open}\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: open}\n\
+         subjects: [{kind: Group, name: \"system:unauthenticated\"}]\n",
+    );
+    let policy = format!("--authorization-policy-file={}", anonymous_exec.display());
+    let cases: [(Vec<String>, &[&str]); 3] = [
+        (
+            vec!["--anonymous-auth".to_owned()],
+            &["--authorization-mode: AlwaysAllow lets every caller, anonymous ones included"],
+        ),
+        (
+            vec!["--authorization-mode=Node".to_owned()],
+            &["--authorization-mode: the chain Node can never allow a request"],
+        ),
+        (
+            vec![
+                "--anonymous-auth".to_owned(),
+                "--authorization-mode=Node,Policy".to_owned(),
+                policy,
+            ],
+            &[
+                "--authorization-policy-file: ",
+                "\"nodes/*\" is not a wildcard in RBAC",
+                "--anonymous-auth: anonymous callers may run commands in containers (POST \
+                 /exec/default/pod/container is allowed",
+            ],
+        ),
+    ];
+    for (i, (overrides, words)) in cases.iter().enumerate() {
+        let mut args = vec!["check-config".to_owned()];
+        args.extend(command_line(&files, overrides));
+        let done = run(&files.dir, &format!("warn{i}"), &args).await;
+        assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+        for word in *words {
+            assert!(
+                done.stderr.contains(word),
+                "{word:?} not in {}",
+                done.stderr
+            );
+        }
+        args.insert(1, "--strict".to_owned());
+        let done = run(&files.dir, &format!("strict{i}"), &args).await;
+        assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+        assert!(
+            done.stderr.contains("refused by --strict"),
+            "{}",
+            done.stderr
+        );
+        assert_eq!(done.stdout, "");
+    }
+
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/policy");
+    let mut shipped = vec!["--authorization-mode=Node,Policy".to_owned()];
+    for policy in [
+        "apiserver-kubelet-client.yaml",
+        "metrics-scraper.yaml",
+        "node-debuggers.yaml",
+    ] {
+        shipped.push(format!(
+            "--authorization-policy-file={}",
+            root.join(policy).display()
+        ));
+    }
+    let mut args = vec!["check-config".to_owned(), "--strict".to_owned()];
+    args.extend(command_line(&files, &shipped));
+    let done = run(&files.dir, "shipped", &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    assert!(!done.stderr.contains("warning"), "{}", done.stderr);
+}

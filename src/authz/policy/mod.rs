@@ -3,6 +3,7 @@
 //! Manifests are validated and indexed by subject once at load; a request only visits its bindings.
 
 mod index;
+pub mod lint;
 mod load;
 
 use super::rbac::{PolicyRule, RuleRequest, rule_allows};

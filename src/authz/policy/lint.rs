@@ -1,14 +1,14 @@
 //! Lint for local policies: rule entries no kubelet request can ever match under the attribute
-//! table in force, named with file, line, role and rule index.
+//! table in force, named with file, line, role and rule index. Shown by `explain`, and warned
+//! about at start-up and by `check-config`.
 
 use std::fmt;
 
 use serde::Serialize;
 
+use super::{PolicyAuthorizer, PolicyRole};
 use crate::authz::attributes::{AttributeMapping, kubelet_verbs};
-use crate::authz::policy::PolicyRole;
 use crate::authz::rbac::PolicyRule;
-use crate::authz::{Authorizer, AuthorizerChain};
 
 /// The RBAC wildcard.
 const ALL: &str = "*";
@@ -53,19 +53,18 @@ impl fmt::Display for PolicyWarning {
     }
 }
 
-/// Warnings for every rule of every local policy in `chain` that can never match a kubelet
-/// request on `node_name` under `mapping`.
-pub fn policy_warnings(
-    chain: &AuthorizerChain,
+/// Warnings for every rule of every local policy in `policies` that can never match a kubelet
+/// request on `node_name` under `mapping`. `explain`, `check-config` and the server's start-up
+/// all report them.
+pub fn policy_warnings<'a>(
+    policies: impl IntoIterator<Item = &'a PolicyAuthorizer>,
     mapping: &AttributeMapping,
     node_name: &str,
 ) -> Vec<PolicyWarning> {
     let mut warnings = Vec::new();
-    for authorizer in chain.authorizers() {
-        if let Authorizer::Policy(policy) = authorizer {
-            for role in policy.current().roles() {
-                warnings.extend(role_warnings(&role, mapping, node_name));
-            }
+    for policy in policies {
+        for role in policy.roles() {
+            warnings.extend(role_warnings(&role, mapping, node_name));
         }
     }
     warnings

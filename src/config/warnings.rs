@@ -1,0 +1,141 @@
+//! Configurations that load but cannot work as meant, or expose more than an operator would
+//! choose: each is a [`Warning`] naming the flag it comes from. The server logs them at start;
+//! `check-config` prints them, and with `--strict` refuses the configuration.
+
+use std::fmt;
+
+use http::Method;
+
+use super::{AuthorizationSettings, AuthorizerSettings};
+use crate::authn::{ANONYMOUS_USER, UNAUTHENTICATED_GROUP, User};
+use crate::authz::Decision;
+use crate::authz::attributes::kubelet_attributes;
+use crate::authz::policy::lint::policy_warnings;
+
+/// One thing about a configuration that an operator should know before serving with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// The flag the setting comes from.
+    pub flag: &'static str,
+    /// What is wrong, and what to do.
+    pub message: String,
+}
+
+impl Warning {
+    /// A warning about `flag`.
+    pub fn new(flag: &'static str, message: impl Into<String>) -> Warning {
+        Warning {
+            flag,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Warning {
+    /// `flag: message`, or the message alone when it already starts with the flag.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.message.starts_with(self.flag) {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "{}: {}", self.flag, self.message)
+        }
+    }
+}
+
+/// Requests that run commands in a container: what anonymous callers must never be allowed.
+const COMMAND_REQUESTS: [&str; 2] = ["/exec/default/pod/container", "/run/default/pod/container"];
+
+/// What the authorizer chain lets through that an operator would rarely want, and what can never
+/// match: rules no kubelet request can match, a chain that can never allow, `AlwaysAllow`, and
+/// local rules that let anonymous callers run commands. `policy_flag` is the flag the policies
+/// come from.
+pub fn authorization_warnings(
+    authorization: &AuthorizationSettings,
+    anonymous: bool,
+    policy_flag: &'static str,
+) -> Vec<Warning> {
+    const MODE: &str = "--authorization-mode";
+    let mut warnings = Vec::new();
+    let policies: Vec<_> = authorization
+        .authorizers
+        .iter()
+        .filter_map(|a| match a {
+            AuthorizerSettings::Policy(policy) => Some(policy.current_arc()),
+            _ => None,
+        })
+        .collect();
+    for warning in policy_warnings(
+        policies.iter().map(|p| &**p),
+        &authorization.mapping,
+        &authorization.node_name,
+    ) {
+        warnings.push(Warning::new(policy_flag, warning.to_string()));
+    }
+    let can_allow = authorization.authorizers.iter().any(|a| match a {
+        AuthorizerSettings::AlwaysAllow | AuthorizerSettings::Webhook { .. } => true,
+        AuthorizerSettings::Policy(policy) => policy.current().stats().cluster_role_bindings > 0,
+        AuthorizerSettings::Node | AuthorizerSettings::AlwaysDeny => false,
+    });
+    if !can_allow {
+        warnings.push(Warning::new(
+            MODE,
+            format!(
+                "the chain {} can never allow a request (Node and AlwaysDeny only refuse, and no \
+                 local policy binds anyone): every request will get 403; add Policy with \
+                 bindings, or Webhook",
+                authorization.names()
+            ),
+        ));
+    }
+    if authorization
+        .authorizers
+        .iter()
+        .any(|a| matches!(a, AuthorizerSettings::AlwaysAllow))
+    {
+        let who = if anonymous {
+            "every caller, anonymous ones included (--anonymous-auth),"
+        } else {
+            "every authenticated caller"
+        };
+        warnings.push(Warning::new(
+            MODE,
+            format!(
+                "AlwaysAllow lets {who} read every pod's logs and run commands in every \
+                 container on this node (exec, run); use Node,Policy or Webhook"
+            ),
+        ));
+    }
+    if anonymous {
+        warnings.extend(anonymous_commands(authorization, &policies));
+    }
+    warnings
+}
+
+/// Local rules that let `system:anonymous` run commands in containers.
+fn anonymous_commands(
+    authorization: &AuthorizationSettings,
+    policies: &[std::sync::Arc<crate::authz::policy::PolicyAuthorizer>],
+) -> Option<Warning> {
+    let anonymous = User {
+        name: ANONYMOUS_USER.to_owned(),
+        groups: vec![UNAUTHENTICATED_GROUP.to_owned()],
+        ..User::default()
+    };
+    for path in COMMAND_REQUESTS {
+        let request = kubelet_attributes(&authorization.mapping, &Method::POST, path);
+        for attrs in request.attributes(&anonymous, &authorization.node_name, path) {
+            for policy in policies {
+                if let Decision::Allow(reason) = policy.authorize(&attrs) {
+                    return Some(Warning::new(
+                        "--anonymous-auth",
+                        format!(
+                            "anonymous callers may run commands in containers (POST {path} is \
+                             allowed: {reason}); bind only authenticated subjects to nodes/proxy"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    None
+}
