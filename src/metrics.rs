@@ -164,6 +164,15 @@ impl EncodeLabelValue for ReloadResult {
     }
 }
 
+/// Labels of failures to reach the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct UpstreamErrorLabels {
+    /// The cause: `connection_refused`, `timeout`, `unknown_ca`, `name_mismatch`,
+    /// `certificate_expired`, `ca_used_as_end_entity`, `client_certificate_rejected`, `tls`,
+    /// `protocol` or `other`.
+    pub cause: &'static str,
+}
+
 /// Labels of reloads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReloadLabels {
@@ -198,6 +207,7 @@ pub struct Metrics {
     reviews_refused: Family<ReviewKindLabels, Counter>,
     cache_lookups: Family<CacheLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
+    upstream_errors: Family<UpstreamErrorLabels, Counter>,
     audit_dropped: Counter,
     audit_suppressed: Counter,
 }
@@ -298,6 +308,12 @@ impl Metrics {
             "Reloads of the serving certificate, client CA and policy files after they changed on disk",
             reloads.clone(),
         );
+        let upstream_errors = Family::<UpstreamErrorLabels, Counter>::default();
+        registry.register(
+            "upstream_errors",
+            "Requests that could not be forwarded because the kubelet could not be reached, by cause",
+            upstream_errors.clone(),
+        );
         let audit_dropped = Counter::default();
         registry.register(
             "audit_events_dropped",
@@ -326,6 +342,7 @@ impl Metrics {
             reviews_refused,
             cache_lookups,
             reloads,
+            upstream_errors,
             audit_dropped,
             audit_suppressed,
         }
@@ -413,6 +430,13 @@ impl Metrics {
     /// Counts a failed or timed-out TLS handshake.
     pub fn handshake_failed(&self) {
         self.handshake_failures.inc();
+    }
+
+    /// Counts a request that could not reach the kubelet, by cause.
+    pub fn upstream_failed(&self, cause: &'static str) {
+        self.upstream_errors
+            .get_or_create(&UpstreamErrorLabels { cause })
+            .inc();
     }
 
     /// Counts a connection closed for missing its first-request or idle deadline.

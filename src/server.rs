@@ -42,7 +42,7 @@ use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended};
 use crate::decision::{Decider, Judgement, Refusal, RequestDecision, Unobserved, Verdict};
 use crate::held_body::Holding;
 use crate::metrics::{Metrics, Outcome, RequestLabels};
-use crate::proxy::{ForwardError, Forwarder, UpgradedStream, headers};
+use crate::proxy::{ForwardError, Forwarder, UpgradedStream, cause, headers};
 use crate::reload::Reloadable;
 use crate::responses::{self, ResponseBody};
 use crate::shutdown::Shutdown;
@@ -59,6 +59,8 @@ struct Pipeline {
     audit_refusals: RefusalSampler,
     /// Refuse exec, attach and portForward while their audit event cannot be written.
     audit_require_for_streams: bool,
+    /// Upstream failures reported at warning level: once per cause per minute.
+    upstream_reports: cause::Reports,
 }
 
 /// The response header that names a request's audit event, as kube-apiserver sets it.
@@ -208,6 +210,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         audit: config.audit.clone(),
         audit_refusals: RefusalSampler::new(config.metrics.audit_suppressed()),
         audit_require_for_streams: config.audit_require_for_streams,
+        upstream_reports: cause::Reports::default(),
     });
     info!(%addr, %admin_addr, "serving the kubelet API");
     let server = tokio::spawn(accept_loop(
@@ -644,7 +647,17 @@ impl Pipeline {
                 Refusal::Busy(&busy).answer(&method)
             }
             Err(e) => {
-                warn!(%peer, error = %e, "forwarding to the kubelet failed");
+                let diagnosis = cause::diagnose(&e);
+                self.metrics.upstream_failed(diagnosis.cause.as_str());
+                let detail = &diagnosis.detail;
+                if self.upstream_reports.admit(diagnosis.cause) {
+                    warn!(
+                        cause = diagnosis.cause.as_str(),
+                        "cannot reach the kubelet: {detail}"
+                    );
+                } else {
+                    debug!(%peer, cause = diagnosis.cause.as_str(), "cannot reach the kubelet: {detail}");
+                }
                 Refusal::Upstream(&e.to_string()).answer(&method)
             }
         }

@@ -2,6 +2,7 @@
 //! unix socket, header hygiene on both directions, streamed bodies, and spliced upgrades for
 //! exec/attach/portForward. It never decides who may do what; that happened before.
 
+pub mod cause;
 mod connector;
 mod error;
 mod forwarder;

@@ -35,4 +35,5 @@ mod shutdown;
 mod tls_front;
 mod upgrades;
 mod upstream_bounds;
+mod upstream_causes;
 mod x509;

@@ -1,0 +1,171 @@
+//! When the kubelet cannot be reached, the proxy says why: each cause (unknown CA, name mismatch,
+//! the kubelet rejecting the proxy's client certificate, connection refused) is logged at the
+//! default level with a hint naming the flag, and counted by cause. Real TLS on loopback against
+//! the stand-in kubelet, the binary run as operators run it.
+
+use std::sync::Arc;
+
+use http::StatusCode;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig};
+
+use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+
+use crate::support::client::{Client, Identity, plain_get};
+use crate::support::pki::{Authority, CertSpec};
+use crate::support::process::{ProxyProcess, proxy_config};
+use crate::support::{TempDir, eventually, within};
+
+/// The stand-in kubelet's TLS: its serving certificate from `ca`, and, with `client_ca`, client
+/// certificates required from that CA.
+fn kubelet_tls(ca: &Authority, client_ca: Option<&Authority>) -> Arc<ServerConfig> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        Some(client_ca) => {
+            let mut roots = RootCertStore::empty();
+            roots.add(client_ca.cert().clone()).unwrap();
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let serving = ca.issue(&CertSpec::server());
+    Arc::new(
+        builder
+            .with_single_cert(serving.chain.clone(), serving.key())
+            .unwrap(),
+    )
+}
+
+/// Starts the proxy in front of `upstream` with `extra` configuration, sends one request, and
+/// returns its status, the log and the metrics.
+async fn one_request(label: &str, upstream: &str, extra: impl Fn(&TempDir) -> String) -> Outcome {
+    let dir = TempDir::new(label);
+    let ca = Authority::root("causes CA");
+    let config = proxy_config(&dir, &ca, upstream, &extra(&dir));
+    let proxy = ProxyProcess::start(&dir, "proxy", &["--config".to_owned(), config], &[]).await;
+    let alice = Client::new(
+        ca.cert(),
+        proxy.addr(),
+        Identity::of(&ca.issue(&CertSpec::client("alice"))),
+    );
+    let status = alice.get("/pods").await.status;
+    let metrics = plain_get(proxy.admin_addr(), "/metrics").await.text();
+    let log = eventually("the cause in the log", || {
+        let log = proxy.stderr();
+        let found = log.contains("cannot reach the kubelet");
+        async move { found.then_some(log) }
+    })
+    .await;
+    Outcome {
+        status,
+        log,
+        metrics,
+    }
+}
+
+struct Outcome {
+    status: StatusCode,
+    log: String,
+    metrics: String,
+}
+
+impl Outcome {
+    fn assert_cause(&self, label: &str, words: &[&str]) {
+        assert_eq!(self.status, StatusCode::BAD_GATEWAY);
+        for word in words {
+            assert!(
+                self.log.contains(word),
+                "{word:?} not in the log:\n{}",
+                self.log
+            );
+        }
+        let counter = format!("kubelet_auth_proxy_upstream_errors_total{{cause=\"{label}\"}} 1");
+        assert!(
+            self.metrics.contains(&counter),
+            "{counter} not in:\n{}",
+            self.metrics
+        );
+    }
+}
+
+#[tokio::test]
+async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
+    let kubelet_ca = Authority::root("kubelet CA");
+    let other_ca = Authority::root("other CA");
+    let kubelet = within(
+        "starting the stand-in kubelet",
+        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None))),
+    )
+    .await
+    .unwrap();
+    let https = format!("https://{}", kubelet.addr().unwrap());
+
+    let outcome = one_request("unknown-ca", &https, |dir| {
+        let ca = dir.write("upstream-ca.crt", other_ca.pem());
+        format!("upstreamCaFile: {}\n", ca.display())
+    })
+    .await;
+    outcome.assert_cause(
+        "unknown_ca",
+        &[
+            "unknown CA",
+            "--upstream-ca-file",
+            "\"cause\":\"unknown_ca\"",
+        ],
+    );
+
+    let outcome = one_request("name-mismatch", &https, |dir| {
+        let ca = dir.write("upstream-ca.crt", kubelet_ca.pem());
+        format!(
+            "upstreamCaFile: {}\nupstreamServerName: kubelet.example\n",
+            ca.display()
+        )
+    })
+    .await;
+    outcome.assert_cause(
+        "name_mismatch",
+        &[
+            "name mismatch",
+            "want kubelet.example",
+            "127.0.0.1",
+            "--upstream-server-name",
+        ],
+    );
+
+    let strict = within(
+        "starting the stand-in kubelet",
+        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, Some(&kubelet_ca)))),
+    )
+    .await
+    .unwrap();
+    let strict_https = format!("https://{}", strict.addr().unwrap());
+    let outcome = one_request("client-rejected", &strict_https, |dir| {
+        let ca = dir.write("upstream-ca.crt", kubelet_ca.pem());
+        let client = other_ca.issue(&CertSpec::client("proxy"));
+        let cert = dir.write("proxy-client.crt", client.chain_pem());
+        let key = dir.write("proxy-client.key", client.key_pem());
+        format!(
+            "upstreamCaFile: {}\nupstreamClientCertFile: {}\nupstreamClientKeyFile: {}\n",
+            ca.display(),
+            cert.display(),
+            key.display()
+        )
+    })
+    .await;
+    outcome.assert_cause(
+        "client_certificate_rejected",
+        &[
+            "the kubelet rejected our client certificate",
+            "clientCAFile",
+        ],
+    );
+
+    let outcome = one_request("refused", "http://127.0.0.1:1", |_| String::new()).await;
+    outcome.assert_cause("connection_refused", &["connection refused", "--upstream"]);
+}
