@@ -256,7 +256,7 @@ fn expand_flags(flag: &str, path: &std::path::Path) {
         .clone()
         .try_get_matches_from(&args)
         .expect("the scratch file path is a valid flag value");
-    if let Ok(Some(expanded)) = expand(command, &matches, &args, 1)
+    if let Ok(Some((expanded, _))) = expand(command, &matches, &args, 1)
         && let Ok(matches) = command.clone().try_get_matches_from(expanded)
     {
         let _ = ProxyFlags::from_arg_matches(&matches);

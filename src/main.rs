@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use clap_complete::Shell;
-use kubelet_auth_proxy::config::file;
+use kubelet_auth_proxy::config::file::{self, Origins};
 use kubelet_auth_proxy::config::flags::{LogFormat, ProxyFlags};
 use kubelet_auth_proxy::{Settings, demo, explain};
 use tracing_subscriber::EnvFilter;
@@ -147,7 +147,7 @@ fn clap_failure(e: clap::Error) -> ExitCode {
 
 /// Parses the command line, then again with the configuration files expanded into flags placed
 /// before the command line's own (so flags win over `--config`, which wins over `--kubelet-config`).
-fn parse_command_line() -> Result<Cli, ExitCode> {
+fn parse_command_line() -> Result<(Cli, Origins), ExitCode> {
     let args: Vec<OsString> = std::env::args_os().collect();
     let command = Cli::command();
     let matches = command
@@ -169,8 +169,11 @@ fn parse_command_line() -> Result<Cli, ExitCode> {
         None => None,
     };
     match expanded {
-        Some(args) => Cli::try_parse_from(args).map_err(clap_failure),
-        None => Cli::from_arg_matches(&matches).map_err(clap_failure),
+        Some((args, origins)) => Ok((Cli::try_parse_from(args).map_err(clap_failure)?, origins)),
+        None => Ok((
+            Cli::from_arg_matches(&matches).map_err(clap_failure)?,
+            Origins::default(),
+        )),
     }
 }
 
@@ -213,8 +216,8 @@ fn init_logging(format: LogFormat, verbosity: u8, quiet_level: &str) {
 }
 
 fn main() -> anyhow::Result<ExitCode> {
-    let cli = match parse_command_line() {
-        Ok(cli) => cli,
+    let (cli, origins) = match parse_command_line() {
+        Ok(parsed) => parsed,
         Err(status) => return Ok(status),
     };
     // Every rustls config here names the ring provider explicitly; installing it as the process
@@ -259,14 +262,16 @@ fn main() -> anyhow::Result<ExitCode> {
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("kubelet-auth-proxy: {e}");
+                    eprintln!("kubelet-auth-proxy: {}", origins.describe(&e));
                     Ok(ExitCode::from(2))
                 }
             }
         }
         Some(Command::Explain(args)) => {
             init_logging(args.flags.log_format, args.flags.verbosity, "warn");
-            Ok(ExitCode::from(runtime.block_on(explain::run(&args))))
+            Ok(ExitCode::from(
+                runtime.block_on(explain::run(&args, &origins)),
+            ))
         }
         Some(Command::Completions(args)) => {
             // Into memory first: the generator panics on a write error (a closed pipe).
@@ -296,7 +301,7 @@ fn main() -> anyhow::Result<ExitCode> {
             let config = match loaded {
                 Ok(config) => config,
                 Err(e) => {
-                    eprintln!("kubelet-auth-proxy: {e}");
+                    eprintln!("kubelet-auth-proxy: {}", origins.describe(&e));
                     return Ok(ExitCode::from(2));
                 }
             };

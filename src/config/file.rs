@@ -131,6 +131,7 @@ fn proxy_config_args(
     path: &Path,
     command: &Command,
     given: &dyn Fn(&str) -> bool,
+    origins: &mut Origins,
 ) -> Result<Vec<String>, ConfigError> {
     const FLAG: &str = "--config";
     let mut map = read_mapping(FLAG, path)?;
@@ -153,6 +154,7 @@ fn proxy_config_args(
         if given(arg.get_id().as_str()) {
             continue;
         }
+        origins.record(&long, format!("--config {}: field {key}", path.display()));
         let is_file = arg
             .get_value_names()
             .is_some_and(|names| names.iter().any(|n| n.as_str() == "FILE"));
@@ -375,6 +377,7 @@ struct KubeletAuthzWebhook {
 fn kubelet_config_args(
     path: &Path,
     given: &dyn Fn(&str) -> bool,
+    origins: &mut Origins,
 ) -> Result<Vec<String>, ConfigError> {
     const FLAG: &str = "--kubelet-config";
     let mut map = read_mapping(FLAG, path)?;
@@ -519,31 +522,112 @@ fn kubelet_config_args(
             ));
         }
     }
+    let settings: Vec<(&str, String)> = settings.into_iter().filter(|(id, _)| !given(id)).collect();
+    for (id, _) in &settings {
+        let field = KUBELET_FIELDS
+            .iter()
+            .find(|(flag_id, _)| flag_id == id)
+            .map_or(*id, |(_, field)| field);
+        origins.record(
+            &id.replace('_', "-"),
+            format!("--kubelet-config {}: field {field}", path.display()),
+        );
+    }
     Ok(settings
         .into_iter()
-        .filter(|(id, _)| !given(id))
         .map(|(id, value)| format!("--{}={value}", id.replace('_', "-")))
         .collect())
 }
 
+/// The KubeletConfiguration field each flag is taken from, for errors about its value.
+const KUBELET_FIELDS: [(&str, &str); 12] = [
+    ("anonymous_auth", "authentication.anonymous.enabled"),
+    (
+        "authentication_token_webhook",
+        "authentication.webhook.enabled",
+    ),
+    (
+        "authentication_token_webhook_cache_ttl",
+        "authentication.webhook.cacheTTL",
+    ),
+    ("authorization_mode", "authorization.mode"),
+    (
+        "authorization_webhook_cache_authorized_ttl",
+        "authorization.webhook.cacheAuthorizedTTL",
+    ),
+    (
+        "authorization_webhook_cache_unauthorized_ttl",
+        "authorization.webhook.cacheUnauthorizedTTL",
+    ),
+    ("client_ca_file", "authentication.x509.clientCAFile"),
+    ("tls_cert_file", "tlsCertFile"),
+    ("tls_private_key_file", "tlsPrivateKeyFile"),
+    ("tls_min_version", "tlsMinVersion"),
+    (
+        "streaming_connection_idle_timeout",
+        "streamingConnectionIdleTimeout",
+    ),
+    ("tls_cipher_suites", "tlsCipherSuites"),
+];
+
+/// Where flag values taken from configuration files came from, so an error about a value names
+/// the file and field the operator wrote rather than a flag they never typed.
+#[derive(Debug, Default, Clone)]
+pub struct Origins {
+    /// `(long flag without dashes, "--config <path>: field <name>")`.
+    by_flag: Vec<(String, String)>,
+}
+
+impl Origins {
+    fn record(&mut self, long: &str, origin: String) {
+        self.by_flag.retain(|(flag, _)| flag != long);
+        self.by_flag.push((long.to_owned(), origin));
+    }
+
+    /// Where `flag` (`--name`) came from, if from a file.
+    pub fn of(&self, flag: &str) -> Option<&str> {
+        let long = flag.strip_prefix("--")?;
+        self.by_flag
+            .iter()
+            .find(|(name, _)| name == long)
+            .map(|(_, origin)| origin.as_str())
+    }
+
+    /// `error` with the file and field its flag's value came from, when it came from a file:
+    /// `--config proxy.yaml: field upstreamCaFile: ca.crt: cannot read: … (--upstream-ca-file)`.
+    pub fn describe(&self, error: &ConfigError) -> String {
+        let Some(origin) = self.of(error.flag()) else {
+            return error.to_string();
+        };
+        match error {
+            ConfigError::Flag { flag, reason, .. } => format!("{origin}: {reason} ({flag})"),
+            ConfigError::File {
+                flag, path, reason, ..
+            } => format!("{origin}: {}: {reason} ({flag})", path.display()),
+        }
+    }
+}
+
 /// Expands `--config` and `--kubelet-config` of a parsed command line into flag arguments and
-/// returns the full argument list to parse again (`None` when neither is given). `matches` are
-/// the matches of the (sub)command that holds the proxy flags; `insert_at` is where its flags
-/// start in `args`.
+/// returns the full argument list to parse again (`None` when neither is given), with where each
+/// value taken from a file came from. `matches` are the matches of the (sub)command that holds
+/// the proxy flags; `insert_at` is where its flags start in `args`.
 pub fn expand(
     command: &Command,
     matches: &ArgMatches,
     args: &[OsString],
     insert_at: usize,
-) -> Result<Option<Vec<OsString>>, ConfigError> {
+) -> Result<Option<(Vec<OsString>, Origins)>, ConfigError> {
     let config: Option<&PathBuf> = matches.get_one("config");
     let kubelet_config: Option<&PathBuf> = matches.get_one("kubelet_config");
     if config.is_none() && kubelet_config.is_none() {
         return Ok(None);
     }
     let on_command_line = |id: &str| matches.value_source(id) == Some(ValueSource::CommandLine);
+    let mut origins = Origins::default();
+    let mut kubelet_origins = Origins::default();
     let from_config = match config {
-        Some(path) => proxy_config_args(path, command, &on_command_line)?,
+        Some(path) => proxy_config_args(path, command, &on_command_line, &mut origins)?,
         None => Vec::new(),
     };
     let in_config = |id: &str| {
@@ -555,11 +639,15 @@ pub fn expand(
     let authorization_config =
         on_command_line("authorization_config") || in_config("authorization_config");
     let from_kubelet = match kubelet_config {
-        Some(path) => kubelet_config_args(path, &|id| {
-            on_command_line(id)
-                || in_config(id)
-                || (authorization_config && id.starts_with("authorization_"))
-        })?,
+        Some(path) => kubelet_config_args(
+            path,
+            &|id| {
+                on_command_line(id)
+                    || in_config(id)
+                    || (authorization_config && id.starts_with("authorization_"))
+            },
+            &mut kubelet_origins,
+        )?,
         None => Vec::new(),
     };
     let mut expanded = Vec::with_capacity(args.len() + from_config.len() + from_kubelet.len());
@@ -567,7 +655,8 @@ pub fn expand(
     expanded.extend(from_kubelet.into_iter().map(OsString::from));
     expanded.extend(from_config.into_iter().map(OsString::from));
     expanded.extend_from_slice(&args[insert_at.min(args.len())..]);
-    Ok(Some(expanded))
+    origins.by_flag.extend(kubelet_origins.by_flag);
+    Ok(Some((expanded, origins)))
 }
 
 #[cfg(test)]
@@ -615,7 +704,7 @@ mod tests {
             .try_get_matches_from(&args)
             .map_err(|e| e.to_string())?;
         let matches = match expand(&cmd, &matches, &args, 1).map_err(|e| e.to_string())? {
-            Some(expanded) => cmd
+            Some((expanded, _)) => cmd
                 .try_get_matches_from(expanded)
                 .map_err(|e| e.to_string())?,
             None => matches,

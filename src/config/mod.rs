@@ -65,6 +65,15 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// The flag the problem is about.
+    pub fn flag(&self) -> &'static str {
+        match self {
+            ConfigError::Flag { flag, .. } | ConfigError::File { flag, .. } => flag,
+        }
+    }
+}
+
 fn flag_error(flag: &'static str, reason: impl Into<String>) -> ConfigError {
     ConfigError::Flag {
         flag,

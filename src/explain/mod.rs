@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::assemble::decider_for_explain;
 use crate::authn::{ANONYMOUS_USER, UNAUTHENTICATED_GROUP, User};
 use crate::config::AuthorizationSettings;
+use crate::config::file::Origins;
 use crate::config::flags::ProxyFlags;
 use crate::metrics::Outcome;
 
@@ -161,14 +162,14 @@ fn caller(
 /// Loads what authorization depends on as the server does, explains the request (or checks the
 /// `--check` table), prints the answer and returns the exit status ([`EXIT_ALLOWED`],
 /// [`EXIT_NOT_ALLOWED`], [`EXIT_ERROR`]).
-pub async fn run(args: &ExplainArgs) -> u8 {
+pub async fn run(args: &ExplainArgs, origins: &Origins) -> u8 {
     let loaded = AuthorizationSettings::load(&args.flags)
         .await
         .and_then(decider_for_explain);
     let decider = match loaded {
         Ok(decider) => decider,
         Err(e) => {
-            eprintln!("kubelet-auth-proxy: {e}");
+            eprintln!("kubelet-auth-proxy: {}", origins.describe(&e));
             return EXIT_ERROR;
         }
     };

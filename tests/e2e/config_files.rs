@@ -575,3 +575,81 @@ async fn the_shipped_proxy_and_kubelet_configurations_pass_check_config_together
         valid_line(listen, "node-1", "Node,Policy,Webhook")
     );
 }
+
+/// An error about a value taken from a configuration file names that file and field (and the
+/// flag it stands for); the same value given on the command line names the flag.
+#[tokio::test]
+async fn an_error_in_a_file_names_the_file_and_the_field() {
+    let files = Files::new("origins").await;
+    let missing = files
+        .dir
+        .path()
+        .join("missing-ca.crt")
+        .display()
+        .to_string();
+    let config = files.write(
+        "proxy.yaml",
+        &format!(
+            "{PROXY_HEADER}upstream: https://127.0.0.1:1\nupstreamCaFile: missing-ca.crt\n\
+             tlsCertFile: serving.crt\ntlsPrivateKeyFile: serving.key\nclientCaFile: ca.crt\n\
+             authorizationMode: [AlwaysAllow]\nnodeName: node-a\n"
+        ),
+    );
+    let done = files
+        .check("from-config", &args(&[&format!("--config={config}")]))
+        .await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert_eq!(
+        done.stderr.trim_end(),
+        format!(
+            "kubelet-auth-proxy: --config {config}: field upstreamCaFile: {missing}: cannot read: \
+             No such file or directory (os error 2) (--upstream-ca-file)"
+        )
+    );
+    let done = files
+        .check(
+            "from-flag",
+            &args(&[
+                &format!("--config={config}"),
+                &format!("--upstream-ca-file={missing}"),
+            ]),
+        )
+        .await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr.starts_with(&format!(
+            "kubelet-auth-proxy: --upstream-ca-file {missing}:"
+        )),
+        "{}",
+        done.stderr
+    );
+
+    let kubelet = files.kubelet_config(
+        "kubelet.yaml",
+        "  mode: AlwaysAllow",
+        "tlsMinVersion: VersionTLS10",
+    );
+    let done = files
+        .check(
+            "from-kubelet-config",
+            &args(&[
+                &format!("--kubelet-config={kubelet}"),
+                "--upstream=http://127.0.0.1:1",
+                "--node-name=node-a",
+            ]),
+        )
+        .await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr.starts_with(&format!(
+            "kubelet-auth-proxy: --kubelet-config {kubelet}: field tlsMinVersion: "
+        )),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        done.stderr.contains("(--tls-min-version)"),
+        "{}",
+        done.stderr
+    );
+}

@@ -773,7 +773,7 @@ fn parse_config_file(path: &Path) -> Result<ProxyFlags, String> {
         .clone()
         .try_get_matches_from(&args)
         .map_err(|e| e.to_string())?;
-    let expanded = config_file::expand(&command, &matches, &args, 1)
+    let (expanded, _) = config_file::expand(&command, &matches, &args, 1)
         .map_err(|e| e.to_string())?
         .expect("--config is given");
     let matches = command
