@@ -344,6 +344,7 @@ impl Settings {
             policy_flag,
         ));
         let audit = audit_settings(flags, &mut warnings)?;
+        let upstream = upstream(flags, &authorization.node_name)?;
 
         Ok(Settings {
             listen_address: flags.listen_address,
@@ -353,7 +354,7 @@ impl Settings {
             token_review,
             anonymous_auth: flags.anonymous_auth,
             authorization,
-            upstream: upstream(flags)?,
+            upstream,
             header_read_timeout: flags.header_read_timeout,
             idle_connection_timeout: flags.idle_connection_timeout,
             max_connections,
@@ -708,7 +709,7 @@ fn check_pair(
 }
 
 /// The kubelet from `--upstream` and its TLS flags, resolved, with the bounds on requests to it.
-fn upstream(flags: &ProxyFlags) -> Result<UpstreamSettings, ConfigError> {
+fn upstream(flags: &ProxyFlags, node_name: &str) -> Result<UpstreamSettings, ConfigError> {
     if flags.upstream_max_requests_inflight_per_user > flags.upstream_max_requests_inflight {
         return Err(flag_error(
             "--upstream-max-requests-inflight-per-user",
@@ -768,6 +769,7 @@ fn upstream(flags: &ProxyFlags) -> Result<UpstreamSettings, ConfigError> {
                 tls::upstream_client_config(UpstreamTls {
                     roots,
                     client_identity,
+                    or_name: node_name_fallback(flags, &target, node_name),
                 })
                 .map_err(|e| flag_error("--upstream-client-cert-file", e))?,
             )
@@ -798,6 +800,30 @@ fn upstream(flags: &ProxyFlags) -> Result<UpstreamSettings, ConfigError> {
         max_requests_inflight: flags.upstream_max_requests_inflight as usize,
         max_requests_inflight_per_user: flags.upstream_max_requests_inflight_per_user as usize,
     })
+}
+
+/// Without `--upstream-server-name`, a loopback upstream's certificate may also be valid for the
+/// node's name (see `tls::upstream_name`).
+fn node_name_fallback(
+    flags: &ProxyFlags,
+    target: &UpstreamTarget,
+    node_name: &str,
+) -> Option<ServerName<'static>> {
+    let UpstreamTarget::Https { authority } = target else {
+        return None;
+    };
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if flags.upstream_server_name.is_some() || !loopback {
+        return None;
+    }
+    ServerName::try_from(node_name.to_owned()).ok()
 }
 
 /// Whether identity headers sent to `target` stay off the network or are encrypted: https, a unix

@@ -4,6 +4,7 @@
 
 pub mod ciphers;
 pub mod client_auth;
+mod upstream_name;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -142,6 +143,9 @@ pub struct UpstreamTls {
     pub roots: Vec<CertificateDer<'static>>,
     /// Client certificate chain and key presented to the kubelet, if any.
     pub client_identity: Option<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)>,
+    /// Also accept a serving certificate valid for this name when it is not valid for the
+    /// upstream host (the node's name, for a loopback upstream; see `upstream_name`).
+    pub or_name: Option<rustls::pki_types::ServerName<'static>>,
 }
 
 /// Builds the client configuration towards the kubelet. ALPN is left unset on purpose: the
@@ -153,11 +157,27 @@ pub fn upstream_client_config(settings: UpstreamTls) -> Result<Arc<ClientConfig>
             .add(cert)
             .map_err(|e| format!("CA certificate {} is not usable: {e}", i + 1))?;
     }
-    let builder =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_protocol_versions(versions(MinVersion::Tls12))
-            .map_err(|e| format!("TLS settings: {e}"))?
-            .with_root_certificates(roots);
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_protocol_versions(versions(MinVersion::Tls12))
+        .map_err(|e| format!("TLS settings: {e}"))?;
+    let builder = match settings.or_name {
+        Some(node) => {
+            let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| format!("CA certificates are not usable: {e}"))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(upstream_name::OrNodeName {
+                    inner,
+                    node,
+                }))
+        }
+        None => builder.with_root_certificates(roots),
+    };
     let config = match settings.client_identity {
         Some((chain, key)) => builder
             .with_client_auth_cert(chain, key)

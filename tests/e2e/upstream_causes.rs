@@ -12,6 +12,7 @@ use rustls::{RootCertStore, ServerConfig};
 use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
 
 use crate::support::client::{Client, Identity, plain_get};
+use crate::support::harness::NODE_NAME;
 use crate::support::pki::{Authority, CertSpec};
 use crate::support::process::{ProxyProcess, proxy_config};
 use crate::support::{TempDir, eventually, within};
@@ -168,4 +169,53 @@ async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
 
     let outcome = one_request("refused", "http://127.0.0.1:1", |_| String::new()).await;
     outcome.assert_cause("connection_refused", &["connection refused", "--upstream"]);
+}
+
+/// The kubelet's own certificate names the node, not 127.0.0.1: without
+/// `--upstream-server-name`, a loopback upstream is also accepted for the node's name, and only
+/// for it.
+#[tokio::test]
+async fn a_loopback_kubelet_certified_for_the_node_name_needs_no_server_name() {
+    let kubelet_ca = Authority::root("node name CA");
+    for (names, node_name) in [(&["other-node"][..], false), (&[NODE_NAME][..], true)] {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let serving = kubelet_ca.issue(&CertSpec::server().names(names));
+        let tls = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(serving.chain.clone(), serving.key())
+            .unwrap();
+        let kubelet = within(
+            "starting the stand-in kubelet",
+            StandInKubelet::start(Some(Arc::new(tls))),
+        )
+        .await
+        .unwrap();
+        let upstream = format!("https://{}", kubelet.addr().unwrap());
+        let dir = TempDir::new("node-name");
+        let ca = Authority::root("proxy CA");
+        let upstream_ca = dir.write("upstream-ca.crt", kubelet_ca.pem());
+        let extra = format!("upstreamCaFile: {}\n", upstream_ca.display());
+        let config = proxy_config(&dir, &ca, &upstream, &extra);
+        let proxy = ProxyProcess::start(&dir, "proxy", &["--config".to_owned(), config], &[]).await;
+        let alice = Client::new(
+            ca.cert(),
+            proxy.addr(),
+            Identity::of(&ca.issue(&CertSpec::client("alice"))),
+        );
+        let status = alice.get("/pods").await.status;
+        if node_name {
+            assert_eq!(status, StatusCode::OK, "{}", proxy.stderr());
+        } else {
+            assert_eq!(status, StatusCode::BAD_GATEWAY);
+            let log = eventually("the cause in the log", || {
+                let log = proxy.stderr();
+                let found = log.contains("name mismatch");
+                async move { found.then_some(log) }
+            })
+            .await;
+            assert!(log.contains(&format!("want {NODE_NAME}")), "{log}");
+        }
+    }
 }

@@ -87,6 +87,12 @@ impl CertSpec {
         }
     }
 
+    /// Replaces the subject alternative names (DNS names or IP addresses).
+    pub fn names(mut self, names: &[&str]) -> CertSpec {
+        self.names = names.iter().map(|n| (*n).to_owned()).collect();
+        self
+    }
+
     /// Sets the common name (e.g. to tell two serving certificates apart).
     pub fn common_name(mut self, common_name: &str) -> CertSpec {
         self.common_name = Some(common_name.to_owned());
