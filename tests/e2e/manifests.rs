@@ -573,6 +573,46 @@ fn the_environment_file_reader_follows_systemd_quoting() {
     assert_eq!(variables["C"], "say \"hi\" \\x");
 }
 
+/// Resident memory of an idle proxy and per idle client connection, as measured by `bench/run`
+/// (docs/BENCHMARKS.md, "Idle connections": 13.4 MiB, 30.6 KiB a connection).
+const IDLE_RSS_BYTES: f64 = 13.4 * 1024.0 * 1024.0;
+const RSS_PER_CONNECTION_BYTES: f64 = 30.6 * 1024.0;
+
+/// The DaemonSet's memory limit holds `--max-connections` idle connections with a quarter of it
+/// to spare for requests in flight: the connection cap bites before the OOM killer does.
+#[test]
+fn the_daemonsets_memory_limit_fits_its_connection_limit() {
+    let container = proxy_container(&daemonset());
+    let args = daemonset_args(&container);
+    let max_connections: f64 = args
+        .iter()
+        .find_map(|a| a.strip_prefix("--max-connections="))
+        .unwrap_or("10000")
+        .parse()
+        .unwrap();
+    let limit = container
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"))
+        .expect("a memory limit")
+        .0
+        .clone();
+    let mebibytes: f64 = limit
+        .strip_suffix("Mi")
+        .expect("a limit in Mi")
+        .parse()
+        .unwrap();
+    let needed = IDLE_RSS_BYTES + max_connections * RSS_PER_CONNECTION_BYTES;
+    let limit_bytes = mebibytes * 1024.0 * 1024.0;
+    assert!(
+        needed <= 0.75 * limit_bytes,
+        "--max-connections={max_connections} needs {:.0} MiB idle; the limit {limit} leaves no \
+         room for requests in flight",
+        needed / 1024.0 / 1024.0
+    );
+}
+
 /// The DaemonSet of `config/daemonset.yaml`.
 fn daemonset() -> DaemonSet {
     let mut found = typed::<DaemonSet>(&file("config/daemonset.yaml"), "DaemonSet");
