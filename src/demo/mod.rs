@@ -235,15 +235,21 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
         })
         .collect::<Result<Vec<_>, DemoError>>()?;
     let mut all_held = true;
-    println!("{:<28} {:<52} {:>6}  why", "who", "request", "answer");
-    for step in steps() {
-        let caller = &callers[step.caller];
-        let request = format!(
+    let request_of = |step: &tour::Step| {
+        format!(
             "{} {}{}",
             step.method,
             step.target,
             if step.websocket { " (WebSocket)" } else { "" }
-        );
+        )
+    };
+    // The columns as wide as their longest entry, so every row lines up.
+    let who = callers.iter().map(|c| c.label.len()).max().unwrap_or(0);
+    let what = steps().iter().map(|s| request_of(s).len()).max().unwrap_or(0);
+    println!("{:<who$} {:<what$} {:>6}  why", "who", "request", "answer");
+    for step in steps() {
+        let caller = &callers[step.caller];
+        let request = request_of(&step);
         let (shown, detail, held) = match send(proxy.addr(), caller, &step).await {
             Ok(answer) => (
                 answer.status.as_u16().to_string(),
@@ -255,14 +261,14 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
         all_held &= held;
         let mark = if held { "ok" } else { "UNEXPECTED" };
         println!(
-            "{:<28} {:<52} {:>6}  {} [{mark}]",
+            "{:<who$} {:<what$} {:>6}  {} [{mark}]",
             caller.label, request, shown, step.why
         );
         if !detail.is_empty() && step.expect.as_u16() >= 300 {
-            println!("{:<28} {:<52} {:>6}  body: {detail}", "", "", "");
+            println!("{:<who$} {:<what$} {:>6}  body: {detail}", "", "", "");
         }
         if !held {
-            println!("{:<28} expected {}", "", step.expect.as_u16());
+            println!("{:<who$} expected {}", "", step.expect.as_u16());
         }
     }
     println!();

@@ -193,6 +193,19 @@ async fn demo_once_exits_0() {
     )
     .await;
     assert!(done.status.success(), "demo --once failed: {}", done.stderr);
+    // The table's answer column lines up on every row, the longest request's included.
+    let mut lines = done.stdout.lines().skip_while(|l| !l.starts_with("who "));
+    let header = lines.next().expect("the table header");
+    let end = header.find("answer").expect("an answer column") + "answer".len();
+    let rows: Vec<&str> = lines
+        .take_while(|l| !l.is_empty())
+        .filter(|l| !l.starts_with(' '))
+        .collect();
+    assert!(rows.len() > 10, "{}", done.stdout);
+    for row in rows {
+        let code = row.get(end - 3..end).unwrap_or_default();
+        assert!(code.bytes().all(|b| b.is_ascii_digit()), "misaligned: {row}");
+    }
 }
 
 /// `check-config` only reads: with three rotated audit logs and `--audit-log-maxbackup=1` it
