@@ -26,7 +26,7 @@ use crate::shutdown::Shutdown;
 /// Everything the server runs with.
 pub struct Services {
     /// Where the kubelet API is served.
-    pub listen_address: std::net::SocketAddr,
+    pub listen_addresses: Vec<std::net::SocketAddr>,
     /// Where /healthz, /readyz and /metrics are served.
     pub admin_listen_address: std::net::SocketAddr,
     /// Serving TLS, swapped when its files change.
@@ -117,7 +117,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         None => None,
     };
     Ok(Services {
-        listen_address: settings.listen_address,
+        listen_addresses: settings.listen_addresses,
         admin_listen_address: settings.admin_listen_address,
         server_tls: settings.server_tls,
         authenticator,

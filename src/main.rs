@@ -255,7 +255,12 @@ fn main() -> anyhow::Result<ExitCode> {
                     }
                     println!(
                         "kubelet-auth-proxy: configuration is valid: serving {} for node {:?}, authorizers {}",
-                        settings.listen_address,
+                        settings
+                            .listen_addresses
+                            .iter()
+                            .map(ToString::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", "),
                         settings.authorization.node_name,
                         settings.authorization.names()
                     );

@@ -69,6 +69,7 @@ const AUDIT_ID: HeaderName = HeaderName::from_static("audit-id");
 /// A running proxy: its addresses, and the means to stop it.
 pub struct RunningProxy {
     addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
     admin_addr: SocketAddr,
     /// Beginning it turns readiness false; the main loop stops accepting and drains its
     /// connections and sessions.
@@ -83,6 +84,11 @@ impl RunningProxy {
     /// The address the kubelet API is served on (useful with port 0).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Every address the kubelet API is served on, in `--listen-address` order.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
     }
 
     /// The address of /healthz, /readyz and /metrics.
@@ -171,9 +177,18 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         Ok(limit) => debug!(limit, "open-file limit"),
         Err(e) => warn!(error = %e, "cannot raise the open-file limit to its hard limit"),
     }
-    let listener = bind("--listen-address", config.listen_address).await?;
+    let mut listeners = Vec::with_capacity(config.listen_addresses.len());
+    for &address in &config.listen_addresses {
+        listeners.push(bind("--listen-address", address).await?);
+    }
     let admin_listener = bind("--admin-listen-address", config.admin_listen_address).await?;
-    let addr = listener.local_addr()?;
+    let addrs = listeners
+        .iter()
+        .map(TcpListener::local_addr)
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let addr = *addrs.first().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "no --listen-address")
+    })?;
     let admin_addr = admin_listener.local_addr()?;
     let metrics = Arc::clone(&config.metrics);
     let shutdown = config.shutdown.clone();
@@ -212,9 +227,9 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         audit_require_for_streams: config.audit_require_for_streams,
         upstream_reports: cause::Reports::default(),
     });
-    info!(%addr, %admin_addr, "serving the kubelet API");
-    let server = tokio::spawn(accept_loop(
-        listener,
+    info!(%addr, addrs = ?addrs, %admin_addr, "serving the kubelet API");
+    let server = tokio::spawn(serve(
+        listeners,
         serving_tls,
         Arc::new(http),
         pipeline,
@@ -223,6 +238,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     ));
     Ok(RunningProxy {
         addr,
+        addrs,
         admin_addr,
         shutdown,
         server,
@@ -231,6 +247,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     })
 }
 
+#[derive(Clone, Copy)]
 struct Limits {
     max_connections: u32,
     handshake_timeout: std::time::Duration,
@@ -238,18 +255,57 @@ struct Limits {
     grace_period: std::time::Duration,
 }
 
-async fn accept_loop(
-    listener: TcpListener,
+/// Accepts on every listener, sharing one bound on open connections, until draining begins; then
+/// waits for the connections and sessions to end (see [`Shutdown::drain`]).
+async fn serve(
+    listeners: Vec<TcpListener>,
     serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
     http: Arc<auto::Builder<TokioExecutor>>,
     pipeline: Arc<Pipeline>,
     limits: Limits,
     shutdown: Shutdown,
 ) {
-    // Bounds open connections: a permit is held for a connection's whole life, upgraded sessions
-    // included; when none is left the loop stops accepting and new clients wait in the kernel's
-    // listen queue.
+    // Bounds open connections on all listeners together: a permit is held for a connection's
+    // whole life, upgraded sessions included; when none is left the loops stop accepting and new
+    // clients wait in the kernel's listen queue.
     let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
+    let mut loops = tokio::task::JoinSet::new();
+    for listener in listeners {
+        loops.spawn(accept_loop(
+            listener,
+            Arc::clone(&slots),
+            Arc::clone(&serving_tls),
+            Arc::clone(&http),
+            Arc::clone(&pipeline),
+            limits,
+            shutdown.clone(),
+        ));
+    }
+    while loops.join_next().await.is_some() {}
+    // Connections and upgraded sessions are the shutdown's tasks: draining waits for them,
+    // then closes those still open after the grace period.
+    if !shutdown.drain(limits.grace_period).await {
+        warn!(
+            grace_period = ?limits.grace_period,
+            "requests or streams were still open after the shutdown grace period; closed them"
+        );
+        let status = "Grace period over: closed the requests and streams still open";
+        if let Err(e) = crate::systemd::notify_status(status) {
+            debug!(error = %e, "cannot tell systemd the grace period is over");
+        }
+    }
+}
+
+/// Accepts connections on one listener until draining begins.
+async fn accept_loop(
+    listener: TcpListener,
+    slots: Arc<Semaphore>,
+    serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
+    http: Arc<auto::Builder<TokioExecutor>>,
+    pipeline: Arc<Pipeline>,
+    limits: Limits,
+    shutdown: Shutdown,
+) {
     let mut accept_errors = AcceptBackoff::default();
     loop {
         let permit = tokio::select! {
@@ -289,19 +345,6 @@ async fn accept_loop(
         shutdown.spawn(serve_connection(
             tcp, peer, acceptor, http, pipeline, slot, limits,
         ));
-    }
-    drop(listener);
-    // Connections and upgraded sessions are the shutdown's tasks: draining waits for them,
-    // then closes those still open after the grace period.
-    if !shutdown.drain(limits.grace_period).await {
-        warn!(
-            grace_period = ?limits.grace_period,
-            "requests or streams were still open after the shutdown grace period; closed them"
-        );
-        let status = "Grace period over: closed the requests and streams still open";
-        if let Err(e) = crate::systemd::notify_status(status) {
-            debug!(error = %e, "cannot tell systemd the grace period is over");
-        }
     }
 }
 

@@ -52,14 +52,16 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Upstream kubelet")]
     pub upstream_max_requests_inflight_per_user: u32,
 
-    /// Address and port to serve the kubelet API on.
+    /// Address and port to serve the kubelet API on; repeat it to serve on several (both
+    /// families of a dual-stack node: --listen-address=10.0.0.12:10250
+    /// --listen-address=[fd00::12]:10250).
     #[arg(
         long,
         value_name = "ADDR:PORT",
         default_value = "0.0.0.0:10250",
         help_heading = "Serving"
     )]
-    pub listen_address: SocketAddr,
+    pub listen_address: Vec<SocketAddr>,
 
     /// Serving certificate chain (PEM).
     #[arg(long, value_name = "FILE", help_heading = "Serving")]

@@ -121,7 +121,7 @@ pub(crate) fn file_cause(
 /// Everything the server is configured with, validated, with every file it names read.
 pub struct Settings {
     /// Where the kubelet API is served.
-    pub listen_address: SocketAddr,
+    pub listen_addresses: Vec<SocketAddr>,
     /// Where /healthz, /readyz and /metrics are served.
     pub admin_listen_address: SocketAddr,
     /// Serving TLS, client certificates requested when x509 authentication is on; rebuilt when
@@ -347,7 +347,7 @@ impl Settings {
         let upstream = upstream(flags, &authorization.node_name)?;
 
         Ok(Settings {
-            listen_address: flags.listen_address,
+            listen_addresses: flags.listen_address.clone(),
             admin_listen_address: flags.admin_listen_address,
             server_tls,
             client_ca,

@@ -245,7 +245,11 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
     };
     // The columns as wide as their longest entry, so every row lines up.
     let who = callers.iter().map(|c| c.label.len()).max().unwrap_or(0);
-    let what = steps().iter().map(|s| request_of(s).len()).max().unwrap_or(0);
+    let what = steps()
+        .iter()
+        .map(|s| request_of(s).len())
+        .max()
+        .unwrap_or(0);
     println!("{:<who$} {:<what$} {:>6}  why", "who", "request", "answer");
     for step in steps() {
         let caller = &callers[step.caller];

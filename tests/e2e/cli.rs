@@ -204,7 +204,10 @@ async fn demo_once_exits_0() {
     assert!(rows.len() > 10, "{}", done.stdout);
     for row in rows {
         let code = row.get(end - 3..end).unwrap_or_default();
-        assert!(code.bytes().all(|b| b.is_ascii_digit()), "misaligned: {row}");
+        assert!(
+            code.bytes().all(|b| b.is_ascii_digit()),
+            "misaligned: {row}"
+        );
     }
 }
 
@@ -503,4 +506,61 @@ async fn check_config_warns_and_strict_refuses() {
     let done = run(&files.dir, "shipped", &args).await;
     assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
     assert!(!done.stderr.contains("warning"), "{}", done.stderr);
+}
+
+/// `--listen-address` repeated serves on each address (both families of a dual-stack node),
+/// under one connection bound.
+#[tokio::test]
+async fn the_api_is_served_on_every_listen_address() {
+    let kubelet = crate::support::within(
+        "starting the stand-in kubelet",
+        kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None),
+    )
+    .await
+    .unwrap();
+    let dir = TempDir::new("dual-stack");
+    let ca = Authority::root("dual-stack CA");
+    let upstream = format!("http://{}", kubelet.addr().unwrap());
+    let config = crate::support::process::proxy_config(&dir, &ca, &upstream, "");
+    // A serving certificate for both loopback addresses.
+    let serving = ca.issue(&CertSpec::server().names(&["127.0.0.1", "127.0.0.2", "::1"]));
+    dir.write("serving.crt", serving.chain_pem());
+    dir.write("serving.key", serving.key_pem());
+    // Two listeners need two free ports; the kernel gives them to listeners bound and dropped.
+    let free = |address: &str| {
+        std::net::TcpListener::bind(address)
+            .unwrap()
+            .local_addr()
+            .unwrap()
+    };
+    // IPv6 loopback where the machine has it; otherwise a second IPv4 loopback address.
+    let second = if std::net::TcpListener::bind("[::1]:0").is_ok() {
+        "[::1]:0"
+    } else {
+        "127.0.0.2:0"
+    };
+    let (v4, v6) = (free("127.0.0.1:0"), free(second));
+    let proxy = crate::support::process::ProxyProcess::start(
+        &dir,
+        "proxy",
+        &[
+            "--config".to_owned(),
+            config,
+            format!("--listen-address={v4}"),
+            format!("--listen-address={v6}"),
+        ],
+        &[],
+    )
+    .await;
+    assert_eq!(proxy.addr(), v4);
+    let alice = CertSpec::client("alice");
+    let identity = crate::support::client::Identity::of(&ca.issue(&alice));
+    for address in [v4, v6] {
+        let client = crate::support::client::Client::new(ca.cert(), address, identity.clone());
+        assert_eq!(
+            client.get("/pods").await.status,
+            http::StatusCode::OK,
+            "{address}"
+        );
+    }
 }

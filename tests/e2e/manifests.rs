@@ -748,7 +748,9 @@ fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
         );
     }
     let port = &container.ports.as_ref().unwrap()[0];
-    assert_eq!(port.container_port, i32::from(flags.listen_address.port()));
+    for address in &flags.listen_address {
+        assert_eq!(port.container_port, i32::from(address.port()));
+    }
 
     // The pod gets its drain before being killed.
     let grace = pod.termination_grace_period_seconds.unwrap();
