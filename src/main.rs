@@ -238,7 +238,7 @@ fn main() -> anyhow::Result<ExitCode> {
         }
         Some(Command::CheckConfig(args)) => {
             init_logging(args.flags.log_format, args.flags.verbosity, "info");
-            match runtime.block_on(Settings::load(&args.flags)) {
+            match runtime.block_on(Settings::check(&args.flags)) {
                 Ok(settings) if args.strict && !settings.warnings.is_empty() => {
                     for warning in &settings.warnings {
                         eprintln!("kubelet-auth-proxy: {warning}");
@@ -266,8 +266,11 @@ fn main() -> anyhow::Result<ExitCode> {
                     );
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(e) => {
-                    eprintln!("kubelet-auth-proxy: {}", origins.describe(&e));
+                // Every problem found, one line each.
+                Err(errors) => {
+                    for e in &errors {
+                        eprintln!("kubelet-auth-proxy: {}", origins.describe(e));
+                    }
                     Ok(ExitCode::from(2))
                 }
             }

@@ -104,6 +104,22 @@ fn flag_cause(flag: &'static str, cause: impl StdError + Send + Sync + 'static) 
     }
 }
 
+/// A reloadable value that could not be loaded from `path`, without naming the file twice when
+/// the file at fault is the flag's own.
+fn reload_cause(flag: &'static str, path: &Path, e: ReloadError) -> ConfigError {
+    let reason = match &e {
+        ReloadError::Read { path: at, source } if at == path => format!("cannot read: {source}"),
+        ReloadError::Empty { path: at } if at == path => "the file is empty".to_owned(),
+        other => other.to_string(),
+    };
+    ConfigError::File {
+        flag,
+        path: path.to_owned(),
+        reason,
+        source: Some(Box::new(e)),
+    }
+}
+
 /// A file a library refused, with its error kept as the source.
 pub(crate) fn file_cause(
     flag: &'static str,
@@ -238,133 +254,220 @@ pub struct AuditSettings {
 
 impl Settings {
     /// Validates `flags` and reads every file they name. Reads the kubeconfig only when
-    /// TokenReview or the Webhook mode needs it; nothing is connected.
+    /// TokenReview or the Webhook mode needs it; nothing is connected. The first problem found is
+    /// the error; [`Settings::check`] reports them all.
     pub async fn load(flags: &ProxyFlags) -> Result<Settings, ConfigError> {
-        if !flags.authentication_token_audiences.is_empty() && !flags.authentication_token_webhook {
-            return Err(flag_error(
-                "--authentication-token-audiences",
-                "given, but --authentication-token-webhook is off",
-            ));
-        }
-        let token_review = if flags.authentication_token_webhook {
-            Some(TokenReviewSettings {
-                apiserver: ApiServerSettings::read(
-                    flags.kubeconfig.as_deref(),
-                    flags.apiserver_request_timeout,
-                )
-                .await
-                .map_err(|e| kubeconfig_error(flags, e))?,
-                audiences: flags.authentication_token_audiences.clone(),
-                cache_ttl: flags.authentication_token_webhook_cache_ttl,
-            })
-        } else {
-            None
-        };
-        let cert_path = flags
-            .tls_cert_file
-            .as_deref()
-            .ok_or_else(|| flag_error("--tls-cert-file", "required"))?;
-        let key_path = flags
-            .tls_private_key_file
-            .as_deref()
-            .ok_or_else(|| flag_error("--tls-private-key-file", "required"))?;
-        // Read once here for precise errors; the reloadable rebuilds from the same files.
-        let certs =
-            tls::read_certs(cert_path).map_err(|e| file_cause("--tls-cert-file", cert_path, e))?;
-        let key = tls::read_key(key_path)
-            .map_err(|e| file_cause("--tls-private-key-file", key_path, e))?;
-        check_pair(
-            &certs,
-            &key,
-            ("--tls-cert-file", cert_path),
-            ("--tls-private-key-file", key_path),
-        )?;
-        let min_version = ciphers::parse_min_version(&flags.tls_min_version)
-            .map_err(|e| flag_error("--tls-min-version", e))?;
-        let ciphers::Selection {
-            suites: cipher_suites,
-            skipped,
-        } = ciphers::select_suites(&flags.tls_cipher_suites)
-            .map_err(|e| flag_error("--tls-cipher-suites", e))?;
-        let mut warnings = Vec::new();
-        if !skipped.is_empty() {
-            warnings.push(Warning::new(
-                "--tls-cipher-suites",
-                format!(
-                    "skipping {}: rustls does not offer them (CBC, RSA key exchange); only AEAD \
-                     suites with forward secrecy are served",
-                    skipped.join(",")
-                ),
-            ));
-        }
-        if min_version == ciphers::MinVersion::Tls13 && !flags.tls_cipher_suites.is_empty() {
-            warnings.push(Warning::new(
-                "--tls-cipher-suites",
-                "has no effect with --tls-min-version=VersionTLS13",
-            ));
-        }
-
-        let mut reloads = ReloadRegistry::default();
-        let client_ca = match &flags.client_ca_file {
-            Some(path) => Some(
-                reloads
-                    .load("client_ca", vec![path.clone()], |paths| {
-                        ClientCa::from_pem_file(&paths[0])
-                    })
-                    .map_err(|e| file_cause("--client-ca-file", path, e))?,
-            ),
-            None => None,
-        };
-        NoAuthenticationMethod::check(
-            client_ca.is_some(),
-            token_review.is_some(),
-            flags.anonymous_auth,
-        )
-        .map_err(|e| flag_cause("--client-ca-file", e))?;
-        let server_tls = serving_tls(
-            &mut reloads,
-            cert_path,
-            key_path,
-            min_version,
-            cipher_suites,
-            client_ca.clone(),
-        )
-        .map_err(|e| file_cause("--tls-cert-file", cert_path, e))?;
-        let authorization = AuthorizationSettings::read(flags, &mut reloads).await?;
-        let apiserver_clients = apiserver_clients(token_review.as_ref(), &authorization);
-        let max_connections = descriptor_plan(flags, apiserver_clients, &mut warnings)?;
-        let policy_flag = if flags.authorization_config.is_some() {
-            "--authorization-config"
-        } else {
-            "--authorization-policy-file"
-        };
-        warnings.extend(authorization_warnings(
-            &authorization,
-            flags.anonymous_auth,
-            policy_flag,
-        ));
-        let audit = audit_settings(flags, &mut warnings)?;
-        let upstream = upstream(flags, &authorization.node_name)?;
-
-        Ok(Settings {
-            listen_addresses: flags.listen_address.clone(),
-            admin_listen_address: flags.admin_listen_address,
-            server_tls,
-            client_ca,
-            token_review,
-            anonymous_auth: flags.anonymous_auth,
-            authorization,
-            upstream,
-            header_read_timeout: flags.header_read_timeout,
-            idle_connection_timeout: flags.idle_connection_timeout,
-            max_connections,
-            shutdown_grace_period: flags.shutdown_grace_period,
-            audit,
-            audit_require_for_streams: flags.audit_log_require_for_streams,
-            reloads,
-            warnings,
-        })
+        Settings::check(flags)
+            .await
+            .map_err(|mut errors| errors.remove(0))
     }
+
+    /// [`Settings::load`], reporting every problem it can find in one pass (never an empty
+    /// list): the serving pair, authentication, authorization, the upstream and the audit log
+    /// are checked independently, so `check-config` can list them all at once.
+    pub async fn check(flags: &ProxyFlags) -> Result<Settings, Vec<ConfigError>> {
+        let mut errors = Vec::new();
+        let mut warnings = Vec::new();
+        let mut reloads = ReloadRegistry::default();
+        let token_review = keep(&mut errors, token_review_settings(flags).await);
+        // The client CA first: the serving configuration advertises its names, so it reloads
+        // after it.
+        let client_ca = keep(&mut errors, client_ca_settings(flags, &mut reloads));
+        let serving = keep(
+            &mut errors,
+            serving_settings(
+                flags,
+                &mut reloads,
+                &mut warnings,
+                client_ca.clone().flatten(),
+            ),
+        );
+        if let (Some(token_review), Some(client_ca)) = (&token_review, &client_ca) {
+            keep(
+                &mut errors,
+                NoAuthenticationMethod::check(
+                    client_ca.is_some(),
+                    token_review.is_some(),
+                    flags.anonymous_auth,
+                )
+                .map_err(|e| flag_cause("--client-ca-file", e)),
+            );
+        }
+        let authorization = keep(
+            &mut errors,
+            AuthorizationSettings::read(flags, &mut reloads).await,
+        );
+        let max_connections = match (&token_review, &authorization) {
+            (Some(token_review), Some(authorization)) => {
+                let clients = apiserver_clients(token_review.as_ref(), authorization);
+                keep(&mut errors, descriptor_plan(flags, clients, &mut warnings))
+            }
+            _ => None,
+        };
+        if let Some(authorization) = &authorization {
+            let policy_flag = if flags.authorization_config.is_some() {
+                "--authorization-config"
+            } else {
+                "--authorization-policy-file"
+            };
+            warnings.extend(authorization_warnings(
+                authorization,
+                flags.anonymous_auth,
+                policy_flag,
+            ));
+        }
+        let audit = keep(&mut errors, audit_settings(flags, &mut warnings));
+        let node_name = authorization.as_ref().map(|a| a.node_name.as_str());
+        let upstream = keep(&mut errors, upstream(flags, node_name));
+        match (
+            token_review,
+            serving.zip(client_ca),
+            authorization,
+            max_connections,
+            audit,
+            upstream,
+        ) {
+            (
+                Some(token_review),
+                Some((server_tls, client_ca)),
+                Some(authorization),
+                Some(max_connections),
+                Some(audit),
+                Some(upstream),
+            ) if errors.is_empty() => Ok(Settings {
+                listen_addresses: flags.listen_address.clone(),
+                admin_listen_address: flags.admin_listen_address,
+                server_tls,
+                client_ca,
+                token_review,
+                anonymous_auth: flags.anonymous_auth,
+                authorization,
+                upstream,
+                header_read_timeout: flags.header_read_timeout,
+                idle_connection_timeout: flags.idle_connection_timeout,
+                max_connections,
+                shutdown_grace_period: flags.shutdown_grace_period,
+                audit,
+                audit_require_for_streams: flags.audit_log_require_for_streams,
+                reloads,
+                warnings,
+            }),
+            _ => Err(errors),
+        }
+    }
+}
+
+/// The value of `result`, or `None` with its error recorded in `errors`.
+fn keep<T>(errors: &mut Vec<ConfigError>, result: Result<T, ConfigError>) -> Option<T> {
+    match result {
+        Ok(value) => Some(value),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
+    }
+}
+
+/// TokenReview: the kubeconfig, read only when `--authentication-token-webhook` is on.
+async fn token_review_settings(
+    flags: &ProxyFlags,
+) -> Result<Option<TokenReviewSettings>, ConfigError> {
+    if !flags.authentication_token_audiences.is_empty() && !flags.authentication_token_webhook {
+        return Err(flag_error(
+            "--authentication-token-audiences",
+            "given, but --authentication-token-webhook is off",
+        ));
+    }
+    if !flags.authentication_token_webhook {
+        return Ok(None);
+    }
+    Ok(Some(TokenReviewSettings {
+        apiserver: ApiServerSettings::read(
+            flags.kubeconfig.as_deref(),
+            flags.apiserver_request_timeout,
+        )
+        .await
+        .map_err(|e| kubeconfig_error(flags, e))?,
+        audiences: flags.authentication_token_audiences.clone(),
+        cache_ttl: flags.authentication_token_webhook_cache_ttl,
+    }))
+}
+
+/// The client CA bundle (`--client-ca-file`), registered for reloading.
+fn client_ca_settings(
+    flags: &ProxyFlags,
+    reloads: &mut ReloadRegistry,
+) -> Result<Option<Arc<Reloadable<ClientCa>>>, ConfigError> {
+    let Some(path) = &flags.client_ca_file else {
+        return Ok(None);
+    };
+    reloads
+        .load("client_ca", vec![path.clone()], |paths| {
+            ClientCa::from_pem_file(&paths[0])
+        })
+        .map(Some)
+        .map_err(|e| reload_cause("--client-ca-file", path, e))
+}
+
+/// The serving pair, TLS versions and suites: the serving configuration, advertising
+/// `client_ca`'s names, registered for reloading.
+fn serving_settings(
+    flags: &ProxyFlags,
+    reloads: &mut ReloadRegistry,
+    warnings: &mut Vec<Warning>,
+    client_ca: Option<Arc<Reloadable<ClientCa>>>,
+) -> Result<Arc<Reloadable<rustls::ServerConfig>>, ConfigError> {
+    let cert_path = flags
+        .tls_cert_file
+        .as_deref()
+        .ok_or_else(|| flag_error("--tls-cert-file", "required"))?;
+    let key_path = flags
+        .tls_private_key_file
+        .as_deref()
+        .ok_or_else(|| flag_error("--tls-private-key-file", "required"))?;
+    // Read once here for precise errors; the reloadable rebuilds from the same files.
+    let certs =
+        tls::read_certs(cert_path).map_err(|e| file_cause("--tls-cert-file", cert_path, e))?;
+    let key =
+        tls::read_key(key_path).map_err(|e| file_cause("--tls-private-key-file", key_path, e))?;
+    check_pair(
+        &certs,
+        &key,
+        ("--tls-cert-file", cert_path),
+        ("--tls-private-key-file", key_path),
+    )?;
+    let min_version = ciphers::parse_min_version(&flags.tls_min_version)
+        .map_err(|e| flag_error("--tls-min-version", e))?;
+    let ciphers::Selection {
+        suites: cipher_suites,
+        skipped,
+    } = ciphers::select_suites(&flags.tls_cipher_suites)
+        .map_err(|e| flag_error("--tls-cipher-suites", e))?;
+    if !skipped.is_empty() {
+        warnings.push(Warning::new(
+            "--tls-cipher-suites",
+            format!(
+                "skipping {}: rustls does not offer them (CBC, RSA key exchange); only AEAD \
+                 suites with forward secrecy are served",
+                skipped.join(",")
+            ),
+        ));
+    }
+    if min_version == ciphers::MinVersion::Tls13 && !flags.tls_cipher_suites.is_empty() {
+        warnings.push(Warning::new(
+            "--tls-cipher-suites",
+            "has no effect with --tls-min-version=VersionTLS13",
+        ));
+    }
+    serving_tls(
+        reloads,
+        cert_path,
+        key_path,
+        min_version,
+        cipher_suites,
+        client_ca,
+    )
+    .map_err(|e| reload_cause("--tls-cert-file", cert_path, e))
 }
 
 impl AuthorizationSettings {
@@ -709,7 +812,7 @@ fn check_pair(
 }
 
 /// The kubelet from `--upstream` and its TLS flags, resolved, with the bounds on requests to it.
-fn upstream(flags: &ProxyFlags, node_name: &str) -> Result<UpstreamSettings, ConfigError> {
+fn upstream(flags: &ProxyFlags, node_name: Option<&str>) -> Result<UpstreamSettings, ConfigError> {
     if flags.upstream_max_requests_inflight_per_user > flags.upstream_max_requests_inflight {
         return Err(flag_error(
             "--upstream-max-requests-inflight-per-user",
@@ -769,7 +872,7 @@ fn upstream(flags: &ProxyFlags, node_name: &str) -> Result<UpstreamSettings, Con
                 tls::upstream_client_config(UpstreamTls {
                     roots,
                     client_identity,
-                    or_name: node_name_fallback(flags, &target, node_name),
+                    or_name: node_name.and_then(|n| node_name_fallback(flags, &target, n)),
                 })
                 .map_err(|e| flag_error("--upstream-client-cert-file", e))?,
             )

@@ -564,3 +564,43 @@ async fn the_api_is_served_on_every_listen_address() {
         );
     }
 }
+
+/// `check-config` lists every problem it finds, one line each, not only the first.
+#[tokio::test]
+async fn check_config_reports_every_problem_in_one_run() {
+    let files = files();
+    let missing = files
+        .dir
+        .path()
+        .join("missing-ca.crt")
+        .display()
+        .to_string();
+    let mut args = vec!["check-config".to_owned()];
+    args.extend(command_line(
+        &files,
+        &[
+            format!("--client-ca-file={missing}"),
+            "--authorization-mode=Policy".to_owned(),
+            "--upstream=ftp://kubelet".to_owned(),
+            "--tls-min-version=VersionTLS10".to_owned(),
+        ],
+    ));
+    let done = run(&files.dir, "many", &args).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    let lines: Vec<&str> = done.stderr.lines().collect();
+    for flag in [
+        "--client-ca-file",
+        "--tls-min-version",
+        "--authorization-policy-file",
+        "--upstream",
+    ] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(&format!("kubelet-auth-proxy: {flag}"))),
+            "{flag} not reported: {}",
+            done.stderr
+        );
+    }
+    assert_eq!(lines.len(), 4, "{}", done.stderr);
+}
