@@ -52,9 +52,8 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Upstream kubelet")]
     pub upstream_max_requests_inflight_per_user: u32,
 
-    /// Address and port to serve the kubelet API on; repeat it to serve on several (both
-    /// families of a dual-stack node: --listen-address=10.0.0.12:10250
-    /// --listen-address=[fd00::12]:10250).
+    /// Address and port to serve the kubelet API on; repeat it to serve on several (an IPv4 and
+    /// an IPv6 address of a dual-stack node, the IPv6 one in brackets).
     #[arg(
         long,
         value_name = "ADDR:PORT",
