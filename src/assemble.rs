@@ -16,7 +16,9 @@ use crate::authn::x509::X509Authenticator;
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
-use crate::config::{AuthorizationSettings, AuthorizerSettings, ConfigError, Settings};
+use crate::config::{
+    AuthorizationSettings, AuthorizerSettings, ConfigError, Settings, UpstreamSettings,
+};
 use crate::decision::Decider;
 use crate::metrics::Metrics;
 use crate::proxy::{ForwardOptions, Forwarder};
@@ -90,19 +92,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
     )
     .map_err(|e| client_error("--client-ca-file", e))?;
     let decider = decider(settings.authorization, &mut clients, &metrics)?;
-    let upstream = settings.upstream;
-    let forwarder = Forwarder::with_endpoint(
-        upstream.endpoint,
-        ForwardOptions {
-            forward_identity_headers: upstream.forward_identity_headers,
-            connect_timeout: upstream.connect_timeout,
-            streaming_idle_timeout: upstream.streaming_idle_timeout,
-            max_requests_inflight: upstream.max_requests_inflight,
-            max_requests_inflight_per_user: upstream.max_requests_inflight_per_user,
-            requests_in_flight: metrics.upstream_requests_in_flight(),
-            shutdown: shutdown.clone(),
-        },
-    );
+    let forwarder = forwarder(settings.upstream, &metrics, &shutdown);
     let audit = match settings.audit {
         Some(audit) => Some(
             AuditLog::open(audit.target, audit.options, metrics.audit_dropped()).map_err(|e| {
@@ -133,6 +123,23 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         audit_require_for_streams: settings.audit_require_for_streams,
         shutdown,
     })
+}
+
+/// The forwarder to the kubelet (its connection pool, no connection opened yet). Also what
+/// `check-config --probe` builds, alone: it opens nothing else.
+pub fn forwarder(upstream: UpstreamSettings, metrics: &Metrics, shutdown: &Shutdown) -> Forwarder {
+    Forwarder::with_endpoint(
+        upstream.endpoint,
+        ForwardOptions {
+            forward_identity_headers: upstream.forward_identity_headers,
+            connect_timeout: upstream.connect_timeout,
+            streaming_idle_timeout: upstream.streaming_idle_timeout,
+            max_requests_inflight: upstream.max_requests_inflight,
+            max_requests_inflight_per_user: upstream.max_requests_inflight_per_user,
+            requests_in_flight: metrics.upstream_requests_in_flight(),
+            shutdown: shutdown.clone(),
+        },
+    )
 }
 
 /// The decider alone, for `explain`: webhooks get their own API server clients and metrics that

@@ -79,8 +79,49 @@ struct CheckConfigArgs {
     /// anonymous callers allowed to run commands, …) as errors: exit 2 if there is any. For CI.
     #[arg(long)]
     strict: bool,
+    /// Also connect to the kubelet with the configured address, TLS files and client
+    /// certificate, and send it GET /healthz: exit 2, naming the cause, if it cannot be reached
+    /// or does not answer 200. Nothing else is opened or written.
+    #[arg(long)]
+    probe: bool,
     #[command(flatten)]
     flags: Box<ProxyFlags>,
+}
+
+/// How long `check-config --probe` waits for the kubelet's answer.
+const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// `check-config --probe`: one `GET /healthz` to the kubelet, as the proxy would send it.
+async fn probe_kubelet(settings: Settings) -> ExitCode {
+    let metrics = kubelet_auth_proxy::metrics::Metrics::new();
+    let shutdown = kubelet_auth_proxy::shutdown::Shutdown::new();
+    let forwarder = kubelet_auth_proxy::assemble::forwarder(settings.upstream, &metrics, &shutdown);
+    match tokio::time::timeout(PROBE_TIMEOUT, forwarder.probe()).await {
+        Ok(Ok(status)) if status.is_success() => {
+            println!("kubelet-auth-proxy: probe: the kubelet answered GET /healthz with {status}");
+            ExitCode::SUCCESS
+        }
+        Ok(Ok(status)) => {
+            eprintln!(
+                "kubelet-auth-proxy: --upstream: probe: the kubelet answered GET /healthz with \
+                 {status}: does it authorize the proxy's client certificate \
+                 (--upstream-client-cert-file)?"
+            );
+            ExitCode::from(2)
+        }
+        Ok(Err(e)) => {
+            let diagnosis = kubelet_auth_proxy::proxy::cause::diagnose(&e);
+            eprintln!(
+                "kubelet-auth-proxy: --upstream: probe: {}",
+                diagnosis.detail
+            );
+            ExitCode::from(2)
+        }
+        Err(_) => {
+            eprintln!("kubelet-auth-proxy: --upstream: probe: no answer within {PROBE_TIMEOUT:?}");
+            ExitCode::from(2)
+        }
+    }
 }
 
 /// The command's name, in completions and the manual page.
@@ -264,6 +305,9 @@ fn main() -> anyhow::Result<ExitCode> {
                         settings.authorization.node_name,
                         settings.authorization.names()
                     );
+                    if args.probe {
+                        return Ok(runtime.block_on(probe_kubelet(settings)));
+                    }
                     Ok(ExitCode::SUCCESS)
                 }
                 // Every problem found, one line each.

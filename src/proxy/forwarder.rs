@@ -37,6 +37,8 @@ const POOL_MAX_IDLE: usize = 1024;
 pub struct Forwarder {
     /// The pooled client; every connection goes to the configured kubelet, whatever the URI.
     client: Client<UpstreamConnector, Incoming>,
+    /// How connections are opened, for [`Forwarder::probe`]'s own connection.
+    connector: UpstreamConnector,
     /// `http` or `https`, for the upstream URI (and hence the pool key).
     scheme: Scheme,
     /// The upstream authority (`localhost` for a unix socket), for the URI.
@@ -138,9 +140,10 @@ impl Forwarder {
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(POOL_MAX_IDLE)
             .set_host(false)
-            .build(connector);
+            .build(connector.clone());
         Forwarder {
             client,
+            connector,
             scheme,
             authority,
             host,
@@ -219,6 +222,25 @@ impl Forwarder {
         };
         headers::sanitize_response_headers(resp.headers_mut(), switched);
         Ok(resp.map(|body| Leased::new(body, body_lease)))
+    }
+
+    /// Sends `GET /healthz` to the kubelet on a connection of its own, with the configured
+    /// address, TLS and client certificate, and returns the status of the answer, or why the
+    /// kubelet could not be reached (`check-config --probe`). No identity header is sent.
+    pub async fn probe(&self) -> Result<StatusCode, ForwardError> {
+        let client = Client::builder(TokioExecutor::new())
+            .set_host(false)
+            .build::<_, http_body_util::Empty<bytes::Bytes>>(self.connector.clone());
+        let uri = self.upstream_uri(&Uri::from_static("/healthz"))?;
+        let request = Request::get(uri)
+            .header(HOST, self.host.clone())
+            .body(http_body_util::Empty::new())
+            .map_err(|_| ForwardError::UnsupportedRequest)?;
+        let response = client
+            .request(request)
+            .await
+            .map_err(ForwardError::from_client)?;
+        Ok(response.status())
     }
 
     /// `scheme://authority` + the caller's path and query, unchanged.

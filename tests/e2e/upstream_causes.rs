@@ -219,3 +219,47 @@ async fn a_loopback_kubelet_certified_for_the_node_name_needs_no_server_name() {
         }
     }
 }
+
+/// `check-config --probe` reaches the kubelet as the proxy would and names the cause when it
+/// cannot: here a kubelet that answers, and one whose certificate another CA issued.
+#[tokio::test]
+async fn check_config_probe_reaches_the_kubelet_or_names_the_cause() {
+    let kubelet_ca = Authority::root("probe kubelet CA");
+    let other_ca = Authority::root("probe other CA");
+    let kubelet = within(
+        "starting the stand-in kubelet",
+        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None))),
+    )
+    .await
+    .unwrap();
+    let https = format!("https://{}", kubelet.addr().unwrap());
+    for (label, ca, status, words) in [
+        (
+            "good",
+            &kubelet_ca,
+            0,
+            "the kubelet answered GET /healthz with 200",
+        ),
+        ("unknown-ca", &other_ca, 2, "--upstream: probe: unknown CA"),
+    ] {
+        let dir = TempDir::new(&format!("probe-{label}"));
+        let proxy_ca = Authority::root("probe proxy CA");
+        let upstream_ca = dir.write("upstream-ca.crt", ca.pem());
+        let extra = format!("upstreamCaFile: {}\n", upstream_ca.display());
+        let config = proxy_config(&dir, &proxy_ca, &https, &extra);
+        let done = crate::support::process::run(
+            &dir,
+            "probe",
+            &[
+                "check-config".to_owned(),
+                "--probe".to_owned(),
+                "--config".to_owned(),
+                config,
+            ],
+        )
+        .await;
+        assert_eq!(done.status.code(), Some(status), "{label}: {}", done.stderr);
+        let output = format!("{}{}", done.stdout, done.stderr);
+        assert!(output.contains(words), "{label}: {output}");
+    }
+}
