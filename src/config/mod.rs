@@ -257,9 +257,10 @@ impl Settings {
     /// TokenReview or the Webhook mode needs it; nothing is connected. The first problem found is
     /// the error; [`Settings::check`] reports them all.
     pub async fn load(flags: &ProxyFlags) -> Result<Settings, ConfigError> {
+        // `check` never returns an empty list: every step that yields nothing records why.
         Settings::check(flags)
             .await
-            .map_err(|mut errors| errors.remove(0))
+            .map_err(|mut errors| errors.swap_remove(0))
     }
 
     /// [`Settings::load`], reporting every problem it can find in one pass (never an empty
@@ -915,15 +916,7 @@ fn node_name_fallback(
     let UpstreamTarget::Https { authority } = target else {
         return None;
     };
-    let host = authority
-        .host()
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    let loopback = host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if flags.upstream_server_name.is_some() || !loopback {
+    if flags.upstream_server_name.is_some() || !is_loopback(authority) {
         return None;
     }
     ServerName::try_from(node_name.to_owned()).ok()
@@ -935,18 +928,22 @@ fn node_name_fallback(
 fn identity_headers_stay_local(target: &UpstreamTarget) -> bool {
     match target {
         UpstreamTarget::Https { .. } | UpstreamTarget::Unix { .. } => true,
-        UpstreamTarget::Http { authority } => {
-            let host = authority.host();
-            let host = host
-                .strip_prefix('[')
-                .and_then(|h| h.strip_suffix(']'))
-                .unwrap_or(host);
-            host.eq_ignore_ascii_case("localhost")
-                || host
-                    .parse::<std::net::IpAddr>()
-                    .is_ok_and(|ip| ip.is_loopback())
-        }
+        UpstreamTarget::Http { authority } => is_loopback(authority),
     }
+}
+
+/// Whether `authority` names this host's loopback: `localhost`, or an IP literal in 127.0.0.0/8
+/// or `::1`. A name other than `localhost` could resolve anywhere, so it does not count.
+fn is_loopback(authority: &Authority) -> bool {
+    let host = authority.host();
+    let host = host
+        .strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host);
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[cfg(test)]

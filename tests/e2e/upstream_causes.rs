@@ -17,9 +17,13 @@ use crate::support::pki::{Authority, CertSpec};
 use crate::support::process::{ProxyProcess, proxy_config};
 use crate::support::{TempDir, eventually, within};
 
-/// The stand-in kubelet's TLS: its serving certificate from `ca`, and, with `client_ca`, client
-/// certificates required from that CA.
-fn kubelet_tls(ca: &Authority, client_ca: Option<&Authority>) -> Arc<ServerConfig> {
+/// The stand-in kubelet's TLS: its serving certificate from `ca` (for 127.0.0.1 and localhost,
+/// or the given `names`), and, with `client_ca`, client certificates required from that CA.
+fn kubelet_tls(
+    ca: &Authority,
+    names: Option<&[&str]>,
+    client_ca: Option<&Authority>,
+) -> Arc<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
@@ -35,7 +39,11 @@ fn kubelet_tls(ca: &Authority, client_ca: Option<&Authority>) -> Arc<ServerConfi
         }
         None => builder.with_no_client_auth(),
     };
-    let serving = ca.issue(&CertSpec::server());
+    let spec = match names {
+        Some(names) => CertSpec::server().names(names),
+        None => CertSpec::server(),
+    };
+    let serving = ca.issue(&spec);
     Arc::new(
         builder
             .with_single_cert(serving.chain.clone(), serving.key())
@@ -101,7 +109,7 @@ async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
     let other_ca = Authority::root("other CA");
     let kubelet = within(
         "starting the stand-in kubelet",
-        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None))),
+        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None, None))),
     )
     .await
     .unwrap();
@@ -141,7 +149,7 @@ async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
 
     let strict = within(
         "starting the stand-in kubelet",
-        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, Some(&kubelet_ca)))),
+        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None, Some(&kubelet_ca)))),
     )
     .await
     .unwrap();
@@ -178,17 +186,9 @@ async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
 async fn a_loopback_kubelet_certified_for_the_node_name_needs_no_server_name() {
     let kubelet_ca = Authority::root("node name CA");
     for (names, node_name) in [(&["other-node"][..], false), (&[NODE_NAME][..], true)] {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let serving = kubelet_ca.issue(&CertSpec::server().names(names));
-        let tls = ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(serving.chain.clone(), serving.key())
-            .unwrap();
         let kubelet = within(
             "starting the stand-in kubelet",
-            StandInKubelet::start(Some(Arc::new(tls))),
+            StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, Some(names), None))),
         )
         .await
         .unwrap();
@@ -228,7 +228,7 @@ async fn check_config_probe_reaches_the_kubelet_or_names_the_cause() {
     let other_ca = Authority::root("probe other CA");
     let kubelet = within(
         "starting the stand-in kubelet",
-        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None))),
+        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None, None))),
     )
     .await
     .unwrap();
