@@ -5,8 +5,11 @@
 //! calls transient are retried. Every attempt has a timeout and a cap on the response size, so a
 //! slow or hostile API server costs a bounded wait.
 
-use std::path::Path;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -22,6 +25,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::metrics::{ApiCallLabels, Metrics, ReviewKind};
+use crate::reload::{ReloadError, ReloadTarget, Reloadable};
 
 mod gate;
 
@@ -34,6 +38,8 @@ const MAX_RESPONSE_BYTES: usize = 1 << 20;
 const MAX_ATTEMPTS: u32 = 5;
 /// First backoff step (Duration: 500 ms), multiplied by 1.5 each step.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// The name of the API server credentials in reload logs and metrics.
+const RELOAD_TARGET: &str = "apiserver_credentials";
 
 /// The client could not be built from the kubeconfig or the in-cluster service account. Each
 /// variant keeps kube's error as its source, so the cause (a missing file, a bad certificate in
@@ -46,46 +52,93 @@ pub enum ApiClientError {
     /// No kubeconfig was given and the in-cluster configuration is not available.
     #[error("no --kubeconfig given and not running in a cluster ({0})")]
     InCluster(#[source] kube::config::InClusterError),
-    /// The HTTP client could not be built.
-    #[error("building the API server client: {0}")]
-    Client(#[source] kube::Error),
+    /// The HTTP client could not be built: most often the client certificate or key the
+    /// kubeconfig names is not valid PEM, or the two do not match.
+    #[error("building the API server client{identity}: {source}")]
+    Client {
+        /// Where the client certificate and key come from, when from files.
+        identity: String,
+        /// kube's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// A file the kubeconfig names (or the kubeconfig itself) could not be read.
+    #[error("{0}")]
+    Files(#[source] ReloadError),
+    /// kube's kubeconfig loader asked to wait. It never does today (its loading is synchronous
+    /// behind an `async` signature); should a future version wait, this says so instead of
+    /// blocking a thread.
+    #[error("loading the kubeconfig did not complete at once")]
+    Pending,
 }
 
-/// How to reach the API server, read from a kubeconfig or the in-cluster service account: the
-/// files are read here, and nothing is connected or started.
+/// How to reach the API server: a client built from a kubeconfig or the in-cluster service
+/// account. Building it reads every file the kubeconfig names (so a missing client key or a
+/// certificate that does not match its key is a configuration error, named at start and by
+/// `check-config`) but connects nothing.
+///
+/// A kubeconfig's client is rebuilt when the kubeconfig, its client certificate, its client key
+/// or its CA file change (see [`ApiServerSettings::reload_target`]): the kubelet's own kubeconfig
+/// names `kubelet-client-current.pem`, which the kubelet rotates before it expires. A bearer
+/// `tokenFile` and the in-cluster service account token and CA are re-read by kube itself.
 #[derive(Clone)]
 pub struct ApiServerSettings {
-    kubeconfig: Option<std::path::PathBuf>,
-    config: kube::Config,
+    kubeconfig: Option<PathBuf>,
     timeout: Duration,
+    credentials: Credentials,
+}
+
+/// The client in force.
+#[derive(Clone)]
+enum Credentials {
+    /// In-cluster: kube re-reads the rotated token and CA itself.
+    InCluster(kube::Client),
+    /// From a kubeconfig: rebuilt when its files change.
+    Kubeconfig(Arc<Reloadable<kube::Client>>),
+}
+
+impl Credentials {
+    fn client(&self) -> kube::Client {
+        match self {
+            Credentials::InCluster(client) => client.clone(),
+            Credentials::Kubeconfig(reloadable) => kube::Client::clone(&reloadable.current()),
+        }
+    }
 }
 
 impl ApiServerSettings {
-    /// Reads `kubeconfig` (or the in-cluster configuration when `None`); every attempt is bounded
-    /// by `timeout`.
-    pub async fn read(
+    /// Reads `kubeconfig` (or the in-cluster configuration when `None`) and builds its client;
+    /// every attempt is bounded by `timeout`. Must run inside a Tokio runtime (the client starts
+    /// its request queue's task), and opens no connection.
+    pub fn read(
         kubeconfig: Option<&Path>,
         timeout: Duration,
     ) -> Result<ApiServerSettings, ApiClientError> {
-        let mut config = match kubeconfig {
+        let credentials = match kubeconfig {
             Some(path) => {
-                let file = Kubeconfig::read_from(path).map_err(ApiClientError::Kubeconfig)?;
-                kube::Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
-                    .await
-                    .map_err(ApiClientError::Kubeconfig)?
+                let files = credential_files(path)?;
+                let kubeconfig = path.to_owned();
+                let reloadable = Reloadable::load(RELOAD_TARGET, files, move |_| {
+                    client_from_kubeconfig(&kubeconfig, timeout)
+                })
+                .map_err(|e| match e {
+                    ReloadError::Build(cause) => match cause.downcast::<ApiClientError>() {
+                        Ok(e) => *e,
+                        Err(cause) => ApiClientError::Files(ReloadError::Build(cause)),
+                    },
+                    e => ApiClientError::Files(e),
+                })?;
+                Credentials::Kubeconfig(Arc::new(reloadable))
             }
-            None => kube::Config::incluster().map_err(ApiClientError::InCluster)?,
+            None => {
+                let config = kube::Config::incluster().map_err(ApiClientError::InCluster)?;
+                Credentials::InCluster(client(config, timeout, String::new())?)
+            }
         };
-        // kube's own retry layer would re-send 429/503/504 answers inside each of our attempts,
-        // multiplying calls and retrying what the kubelet treats as final; ours is the only one.
-        config.default_retry = false;
-        config.connect_timeout = Some(timeout);
-        config.read_timeout = Some(timeout);
-        config.write_timeout = Some(timeout);
         Ok(ApiServerSettings {
             kubeconfig: kubeconfig.map(Path::to_owned),
-            config,
             timeout,
+            credentials,
         })
     }
 
@@ -93,6 +146,131 @@ impl ApiServerSettings {
     /// for in-cluster) and timeout use one client, its connection pool and its review bounds.
     pub fn sharing_key(&self) -> (Option<&Path>, Duration) {
         (self.kubeconfig.as_deref(), self.timeout)
+    }
+
+    /// What the file watcher must keep up to date for this client: the kubeconfig and the files
+    /// it names; `None` in-cluster.
+    pub fn reload_target(&self) -> Option<Arc<dyn ReloadTarget>> {
+        match &self.credentials {
+            Credentials::InCluster(_) => None,
+            Credentials::Kubeconfig(reloadable) => {
+                Some(Arc::clone(reloadable) as Arc<dyn ReloadTarget>)
+            }
+        }
+    }
+}
+
+/// The files a kubeconfig's current context names: client certificate, client key, CA (kube
+/// makes them absolute, relative to the kubeconfig's directory).
+struct NamedFiles {
+    client_certificate: Option<PathBuf>,
+    client_key: Option<PathBuf>,
+    certificate_authority: Option<PathBuf>,
+}
+
+impl NamedFiles {
+    fn of(file: &Kubeconfig) -> NamedFiles {
+        let context = file.current_context.as_ref().and_then(|name| {
+            file.contexts
+                .iter()
+                .find(|c| &c.name == name)
+                .and_then(|c| c.context.as_ref())
+        });
+        let cluster = context.and_then(|context| {
+            file.clusters
+                .iter()
+                .find(|c| c.name == context.cluster)
+                .and_then(|c| c.cluster.as_ref())
+        });
+        let user = context
+            .and_then(|context| context.user.as_ref())
+            .and_then(|name| {
+                file.auth_infos
+                    .iter()
+                    .find(|u| &u.name == name)
+                    .and_then(|u| u.auth_info.as_ref())
+            });
+        NamedFiles {
+            client_certificate: user.and_then(|u| u.client_certificate.as_ref().map(PathBuf::from)),
+            client_key: user.and_then(|u| u.client_key.as_ref().map(PathBuf::from)),
+            certificate_authority: cluster
+                .and_then(|c| c.certificate_authority.as_ref().map(PathBuf::from)),
+        }
+    }
+
+    /// ` (client-certificate X, client-key Y)` for an error message; empty for inline data.
+    fn identity(&self) -> String {
+        match (&self.client_certificate, &self.client_key) {
+            (Some(cert), Some(key)) if cert == key => {
+                format!(" (client-certificate and client-key {})", cert.display())
+            }
+            (Some(cert), Some(key)) => format!(
+                " (client-certificate {}, client-key {})",
+                cert.display(),
+                key.display()
+            ),
+            (Some(cert), None) => format!(" (client-certificate {})", cert.display()),
+            (None, Some(key)) => format!(" (client-key {})", key.display()),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+/// The kubeconfig and the files it names, each once: what the client is rebuilt from. A
+/// kubeconfig changed to name other files takes a restart; new contents of these do not.
+fn credential_files(path: &Path) -> Result<Vec<PathBuf>, ApiClientError> {
+    let file = Kubeconfig::read_from(path).map_err(ApiClientError::Kubeconfig)?;
+    let named = NamedFiles::of(&file);
+    let mut files = vec![path.to_owned()];
+    for name in [
+        named.client_certificate,
+        named.client_key,
+        named.certificate_authority,
+    ]
+    .into_iter()
+    .flatten()
+    {
+        if !files.contains(&name) {
+            files.push(name);
+        }
+    }
+    Ok(files)
+}
+
+/// A client from the kubeconfig at `path`, as it is now.
+fn client_from_kubeconfig(path: &Path, timeout: Duration) -> Result<kube::Client, ApiClientError> {
+    let file = Kubeconfig::read_from(path).map_err(ApiClientError::Kubeconfig)?;
+    let identity = NamedFiles::of(&file).identity();
+    let config = ready(kube::Config::from_custom_kubeconfig(
+        file,
+        &KubeConfigOptions::default(),
+    ))
+    .ok_or(ApiClientError::Pending)?
+    .map_err(ApiClientError::Kubeconfig)?;
+    client(config, timeout, identity)
+}
+
+/// The client for `config`, with our timeouts and without kube's retries.
+fn client(
+    mut config: kube::Config,
+    timeout: Duration,
+    identity: String,
+) -> Result<kube::Client, ApiClientError> {
+    // kube's own retry layer would re-send 429/503/504 answers inside each of our attempts,
+    // multiplying calls and retrying what the kubelet treats as final; ours is the only one.
+    config.default_retry = false;
+    config.connect_timeout = Some(timeout);
+    config.read_timeout = Some(timeout);
+    config.write_timeout = Some(timeout);
+    kube::Client::try_from(config).map_err(|source| ApiClientError::Client { identity, source })
+}
+
+/// The output of a future that completes when first polled, without a runtime: reloads run on a
+/// blocking thread, where awaiting is not possible.
+fn ready<F: Future>(future: F) -> Option<F::Output> {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
     }
 }
 
@@ -134,7 +312,7 @@ struct AttemptError {
 /// A client of the API server's review endpoints. Cheap to share: one pooled connection set.
 #[derive(Clone)]
 pub struct ApiServerClient {
-    client: kube::Client,
+    credentials: Credentials,
     timeout: Duration,
     metrics: Arc<Metrics>,
     /// TokenReviews in flight, then SubjectAccessReviews.
@@ -150,28 +328,29 @@ impl std::fmt::Debug for ApiServerClient {
 }
 
 impl ApiServerClient {
-    /// Builds the client and the gates on reviews in flight (`max_inflight` of each kind); no
-    /// connection is opened until the first review.
+    /// Takes the settings' client and adds the gates on reviews in flight (`max_inflight` of
+    /// each kind); no connection is opened until the first review.
     pub fn new(
         settings: ApiServerSettings,
         max_inflight: usize,
         metrics: Arc<Metrics>,
-    ) -> Result<ApiServerClient, ApiClientError> {
+    ) -> ApiServerClient {
         let ApiServerSettings {
-            config, timeout, ..
+            credentials,
+            timeout,
+            ..
         } = settings;
-        let client = kube::Client::try_from(config).map_err(ApiClientError::Client)?;
         let gate = |kind| ReviewGate::new(kind, max_inflight, timeout, Arc::clone(&metrics));
         let gates = Arc::new([
             gate(ReviewKind::TokenReview),
             gate(ReviewKind::SubjectAccessReview),
         ]);
-        Ok(ApiServerClient {
-            client,
+        ApiServerClient {
+            credentials,
             timeout,
             metrics,
             gates,
-        })
+        }
     }
 
     /// Creates a TokenReview (`authentication.k8s.io/v1`) and returns its status.
@@ -273,7 +452,8 @@ impl ApiServerClient {
                 retry: false,
             })?;
         let exchange = async {
-            let response = self.client.send(request).await.map_err(transport_error)?;
+            let client = self.credentials.client();
+            let response = client.send(request).await.map_err(transport_error)?;
             let status = response.status();
             let retry_after = response
                 .headers()

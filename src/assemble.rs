@@ -65,15 +65,14 @@ pub struct Services {
 pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
     let metrics = Arc::new(Metrics::new());
     let shutdown = Shutdown::new();
+    let mut reloads = settings.reloads;
     let mut clients = ApiServerClients::new(
         Arc::clone(&metrics),
         settings.authorization.apiserver_max_reviews_inflight,
     );
     let tokens = match settings.token_review {
         Some(review) => {
-            let client = clients
-                .get(review.apiserver)
-                .map_err(|e| client_error("--kubeconfig", e))?;
+            let client = clients.get(review.apiserver, &mut reloads);
             let tokens = TokenReviewAuthenticator::new(
                 client,
                 review.audiences,
@@ -91,7 +90,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         settings.anonymous_auth,
     )
     .map_err(|e| client_error("--client-ca-file", e))?;
-    let decider = decider(settings.authorization, &mut clients, &metrics)?;
+    let decider = decider(settings.authorization, &mut clients, &mut reloads, &metrics)?;
     let forwarder = forwarder(settings.upstream, &metrics, &shutdown);
     let audit = match settings.audit {
         Some(audit) => Some(
@@ -118,7 +117,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         max_connections: settings.max_connections,
         shutdown_grace_period: settings.shutdown_grace_period,
         metrics,
-        reloads: settings.reloads,
+        reloads,
         audit,
         audit_require_for_streams: settings.audit_require_for_streams,
         shutdown,
@@ -150,12 +149,19 @@ pub fn decider_for_explain(settings: AuthorizationSettings) -> Result<Decider, C
         Arc::clone(&metrics),
         settings.apiserver_max_reviews_inflight,
     );
-    decider(settings, &mut clients, &metrics)
+    // Nobody watches files for `explain`: it decides once and exits.
+    decider(
+        settings,
+        &mut clients,
+        &mut ReloadRegistry::default(),
+        &metrics,
+    )
 }
 
 fn decider(
     settings: AuthorizationSettings,
     clients: &mut ApiServerClients,
+    reloads: &mut ReloadRegistry,
     metrics: &Arc<Metrics>,
 ) -> Result<Decider, ConfigError> {
     let mut chain = Vec::with_capacity(settings.authorizers.len());
@@ -166,9 +172,7 @@ fn decider(
             AuthorizerSettings::Node => Authorizer::Node(NodeAuthorizer),
             AuthorizerSettings::Policy(policy) => Authorizer::Policy(policy),
             AuthorizerSettings::Webhook { spec, apiserver } => {
-                let client = clients
-                    .get(*apiserver)
-                    .map_err(|e| client_error("--kubeconfig", e))?;
+                let client = clients.get(*apiserver, reloads);
                 Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
                     client,
                     spec.authorized_ttl,
@@ -216,17 +220,23 @@ impl ApiServerClients {
         }
     }
 
+    /// The client for `settings`: the one already built for the same kubeconfig and timeout, or
+    /// a new one, whose credentials `reloads` then keeps up to date.
     fn get(
         &mut self,
         settings: ApiServerSettings,
-    ) -> Result<ApiServerClient, crate::apiserver::ApiClientError> {
+        reloads: &mut ReloadRegistry,
+    ) -> ApiServerClient {
         let (kubeconfig, timeout) = settings.sharing_key();
         let key = (kubeconfig.map(Path::to_owned), timeout);
         if let Some((_, client)) = self.built.iter().find(|(k, _)| *k == key) {
-            return Ok(client.clone());
+            return client.clone();
         }
-        let client = ApiServerClient::new(settings, self.max_inflight, Arc::clone(&self.metrics))?;
+        if let Some(target) = settings.reload_target() {
+            reloads.add(target);
+        }
+        let client = ApiServerClient::new(settings, self.max_inflight, Arc::clone(&self.metrics));
         self.built.push((key, client.clone()));
-        Ok(client)
+        client
     }
 }

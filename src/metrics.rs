@@ -176,7 +176,8 @@ pub struct UpstreamErrorLabels {
 /// Labels of reloads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReloadLabels {
-    /// What was reloaded: `serving_certificate`, `client_ca` or `policy`.
+    /// What was reloaded: `serving_certificate`, `client_ca`, `policy`, `upstream_tls` or
+    /// `apiserver_credentials`.
     pub target: &'static str,
     /// Whether the new version is in force.
     pub result: ReloadResult,

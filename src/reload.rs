@@ -121,6 +121,12 @@ impl ReloadRegistry {
         Ok(value)
     }
 
+    /// Records a value loaded elsewhere (the API server credentials, built with their settings)
+    /// as the registry's next target.
+    pub fn add(&mut self, target: Arc<dyn ReloadTarget>) {
+        self.targets.push(target);
+    }
+
     /// The targets in the order they were loaded.
     pub fn into_targets(self) -> Vec<Arc<dyn ReloadTarget>> {
         self.targets
@@ -140,7 +146,8 @@ pub enum Reload {
 
 /// Something [`FileWatcher`] keeps up to date.
 pub trait ReloadTarget: Send + Sync {
-    /// What it is, for logs and metrics: `serving_certificate`, `client_ca`, `policy`.
+    /// What it is, for logs and metrics: `serving_certificate`, `client_ca`, `policy`,
+    /// `upstream_tls`, `apiserver_credentials`.
     fn target(&self) -> &'static str;
     /// The files it is built from.
     fn paths(&self) -> &[PathBuf];

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checks kubelet-auth-proxy.service as CI does, in a scratch root under target/ (nothing is
+# Checks kubelet-auth-proxy.service and the credential-copy units as CI does, in a scratch root under target/ (nothing is
 # installed on this machine, no root needed):
 #   - systemd-analyze verify: syntax, directives, the ExecStart binary. It exits 0 on an unknown or
 #     misspelt directive and only warns, so any output at all is a failure here;
@@ -26,18 +26,28 @@ cp -r "$units" "$root/usr/lib/systemd/system"
 # A hard link when the binary is on the same filesystem (a debug binary is large).
 ln "$binary" "$root/usr/local/bin/kubelet-auth-proxy" 2>/dev/null ||
   cp "$binary" "$root/usr/local/bin/kubelet-auth-proxy"
-cp "$here/kubelet-auth-proxy.service" "$root/etc/systemd/system/"
+units=(kubelet-auth-proxy.service kubelet-auth-proxy-credentials.service
+  kubelet-auth-proxy-credentials.path)
+for unit in "${units[@]}"; do
+  cp "$here/$unit" "$root/etc/systemd/system/"
+done
+# The programs the credential copy runs.
+mkdir -p "$root/usr/bin"
+cp "$(command -v install)" "$(command -v mv)" "$root/usr/bin/"
 
-echo "systemd-analyze verify kubelet-auth-proxy.service"
-if ! output=$(systemd-analyze verify --root="$root" kubelet-auth-proxy.service 2>&1) ||
-  [ -n "$output" ]; then
-  echo "$output" >&2
-  exit 1
-fi
+for unit in "${units[@]}"; do
+  echo "systemd-analyze verify $unit"
+  if ! output=$(systemd-analyze verify --root="$root" "$unit" 2>&1) || [ -n "$output" ]; then
+    echo "$output" >&2
+    exit 1
+  fi
+done
 
-echo "systemd-analyze security --offline kubelet-auth-proxy.service"
-systemd-analyze security --offline=yes --threshold=20 --no-pager --root="$root" \
-  kubelet-auth-proxy.service | tail -n 1
+for unit in kubelet-auth-proxy.service kubelet-auth-proxy-credentials.service; do
+  echo "systemd-analyze security --offline $unit"
+  systemd-analyze security --offline=yes --threshold=20 --no-pager --root="$root" \
+    "$unit" | tail -n 1
+done
 
 echo "systemd-sysusers --dry-run kubelet-auth-proxy.sysusers"
 systemd-sysusers --root="$root" --dry-run "$here/kubelet-auth-proxy.sysusers"

@@ -26,7 +26,7 @@ use crate::authn::x509::ClientCa;
 use crate::authz::attributes::AttributeMapping;
 use crate::authz::policy::PolicyAuthorizer;
 use crate::descriptors;
-use crate::proxy::{UpstreamEndpoint, UpstreamTarget};
+use crate::proxy::{UpstreamEndpoint, UpstreamTarget, UpstreamTlsConfig};
 use crate::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
 use authorization::{AuthorizerSpec, FailurePolicy, WebhookSpec};
@@ -319,7 +319,7 @@ impl Settings {
         }
         let audit = keep(&mut errors, audit_settings(flags, &mut warnings));
         let node_name = authorization.as_ref().map(|a| a.node_name.as_str());
-        let upstream = keep(&mut errors, upstream(flags, node_name));
+        let upstream = keep(&mut errors, upstream(flags, node_name, &mut reloads));
         match (
             token_review,
             serving.zip(client_ca),
@@ -387,7 +387,6 @@ async fn token_review_settings(
             flags.kubeconfig.as_deref(),
             flags.apiserver_request_timeout,
         )
-        .await
         .map_err(|e| kubeconfig_error(flags, e))?,
         audiences: flags.authentication_token_audiences.clone(),
         cache_ttl: flags.authentication_token_webhook_cache_ttl,
@@ -514,9 +513,8 @@ impl AuthorizationSettings {
                 }
                 AuthorizerSpec::Webhook(spec) => {
                     let apiserver =
-                        ApiServerSettings::read(spec.kubeconfig.as_deref(), spec.timeout)
-                            .await
-                            .map_err(|e| match &flags.authorization_config {
+                        ApiServerSettings::read(spec.kubeconfig.as_deref(), spec.timeout).map_err(
+                            |e| match &flags.authorization_config {
                                 Some(path) => ConfigError::File {
                                     flag: "--authorization-config",
                                     path: path.clone(),
@@ -524,7 +522,8 @@ impl AuthorizationSettings {
                                     source: Some(Box::new(e)),
                                 },
                                 None => kubeconfig_error(flags, e),
-                            })?;
+                            },
+                        )?;
                     AuthorizerSettings::Webhook {
                         spec,
                         apiserver: Box::new(apiserver),
@@ -812,8 +811,94 @@ fn check_pair(
     })
 }
 
+/// The files the TLS client towards the kubelet is built from.
+struct UpstreamTlsFiles {
+    /// `--upstream-ca-file`.
+    ca: PathBuf,
+    /// `--upstream-client-cert-file` and `--upstream-client-key-file`.
+    client_identity: Option<(PathBuf, PathBuf)>,
+    /// See [`UpstreamTls::or_name`].
+    or_name: Option<ServerName<'static>>,
+}
+
+impl UpstreamTlsFiles {
+    /// The files, in the order they are read.
+    fn paths(&self) -> Vec<PathBuf> {
+        let mut paths = vec![self.ca.clone()];
+        if let Some((cert, key)) = &self.client_identity {
+            paths.extend([cert.clone(), key.clone()]);
+        }
+        paths
+    }
+
+    /// The flag that names `path`.
+    fn flag_of(&self, path: &Path) -> &'static str {
+        match &self.client_identity {
+            Some((cert, _)) if cert == path => "--upstream-client-cert-file",
+            Some((_, key)) if key == path => "--upstream-client-key-file",
+            _ => "--upstream-ca-file",
+        }
+    }
+
+    /// The TLS client configuration from the files as they are now; errors name the flag and
+    /// the file at fault.
+    fn build(&self) -> Result<rustls::ClientConfig, ConfigError> {
+        let client_identity = match &self.client_identity {
+            Some((cert, key)) => {
+                let cert_flag = ("--upstream-client-cert-file", cert.as_path());
+                let key_flag = ("--upstream-client-key-file", key.as_path());
+                let chain = tls::read_certs(cert).map_err(|e| file_cause(cert_flag.0, cert, e))?;
+                let private = tls::read_key(key).map_err(|e| file_cause(key_flag.0, key, e))?;
+                check_pair(&chain, &private, cert_flag, key_flag)?;
+                Some((chain, private))
+            }
+            None => None,
+        };
+        let roots =
+            tls::read_certs(&self.ca).map_err(|e| file_cause("--upstream-ca-file", &self.ca, e))?;
+        tls::upstream_client_config(UpstreamTls {
+            roots,
+            client_identity,
+            or_name: self.or_name.clone(),
+        })
+        .map_err(|e| flag_error("--upstream-client-cert-file", e))
+    }
+}
+
+/// The TLS client towards the kubelet, registered for reloading: a rotated client certificate
+/// or kubelet CA applies to the next connection to the kubelet; pooled connections keep theirs.
+fn upstream_tls(
+    files: UpstreamTlsFiles,
+    reloads: &mut ReloadRegistry,
+) -> Result<Arc<Reloadable<rustls::ClientConfig>>, ConfigError> {
+    let paths = files.paths();
+    let flag_of = |path: &Path| files.flag_of(path);
+    let named: Vec<(PathBuf, &'static str)> =
+        paths.iter().map(|p| (p.clone(), flag_of(p))).collect();
+    reloads
+        .load("upstream_tls", paths, move |_| files.build())
+        .map_err(|e| match e {
+            ReloadError::Build(cause) => match cause.downcast::<ConfigError>() {
+                Ok(e) => *e,
+                Err(cause) => flag_error("--upstream-ca-file", cause.to_string()),
+            },
+            ReloadError::Read { ref path, .. } | ReloadError::Empty { ref path } => {
+                let flag = named
+                    .iter()
+                    .find(|(p, _)| p == path)
+                    .map_or("--upstream-ca-file", |(_, flag)| *flag);
+                reload_cause(flag, &path.clone(), e)
+            }
+            e => flag_error("--upstream-ca-file", e.to_string()),
+        })
+}
+
 /// The kubelet from `--upstream` and its TLS flags, resolved, with the bounds on requests to it.
-fn upstream(flags: &ProxyFlags, node_name: Option<&str>) -> Result<UpstreamSettings, ConfigError> {
+fn upstream(
+    flags: &ProxyFlags,
+    node_name: Option<&str>,
+    reloads: &mut ReloadRegistry,
+) -> Result<UpstreamSettings, ConfigError> {
     if flags.upstream_max_requests_inflight_per_user > flags.upstream_max_requests_inflight {
         return Err(flag_error(
             "--upstream-max-requests-inflight-per-user",
@@ -841,14 +926,7 @@ fn upstream(flags: &ProxyFlags, node_name: Option<&str>) -> Result<UpstreamSetti
         &flags.upstream_client_cert_file,
         &flags.upstream_client_key_file,
     ) {
-        (Some(cert), Some(key)) => {
-            let cert_flag = ("--upstream-client-cert-file", cert.as_path());
-            let key_flag = ("--upstream-client-key-file", key.as_path());
-            let chain = tls::read_certs(cert).map_err(|e| file_cause(cert_flag.0, cert, e))?;
-            let private = tls::read_key(key).map_err(|e| file_cause(key_flag.0, key, e))?;
-            check_pair(&chain, &private, cert_flag, key_flag)?;
-            Some((chain, private))
-        }
+        (Some(cert), Some(key)) => Some((cert.clone(), key.clone())),
         (None, None) => None,
         (Some(_), None) => {
             return Err(flag_error(
@@ -865,18 +943,15 @@ fn upstream(flags: &ProxyFlags, node_name: Option<&str>) -> Result<UpstreamSetti
     };
     let tls = match &target {
         UpstreamTarget::Https { .. } => {
-            let ca = flags.upstream_ca_file.as_deref().ok_or_else(|| {
+            let ca = flags.upstream_ca_file.clone().ok_or_else(|| {
                 flag_error("--upstream-ca-file", "required for an https --upstream")
             })?;
-            let roots = tls::read_certs(ca).map_err(|e| file_cause("--upstream-ca-file", ca, e))?;
-            Some(
-                tls::upstream_client_config(UpstreamTls {
-                    roots,
-                    client_identity,
-                    or_name: node_name.and_then(|n| node_name_fallback(flags, &target, n)),
-                })
-                .map_err(|e| flag_error("--upstream-client-cert-file", e))?,
-            )
+            let files = UpstreamTlsFiles {
+                ca,
+                client_identity,
+                or_name: node_name.and_then(|n| node_name_fallback(flags, &target, n)),
+            };
+            Some(upstream_tls(files, reloads)?)
         }
         _ => {
             if client_identity.is_some() || flags.upstream_ca_file.is_some() {
@@ -896,8 +971,12 @@ fn upstream(flags: &ProxyFlags, node_name: Option<&str>) -> Result<UpstreamSetti
         None => None,
     };
     Ok(UpstreamSettings {
-        endpoint: UpstreamEndpoint::resolve(target, tls, server_name)
-            .map_err(|e| flag_cause("--upstream", e))?,
+        endpoint: UpstreamEndpoint::resolve(
+            target,
+            tls.map(UpstreamTlsConfig::Reloaded),
+            server_name,
+        )
+        .map_err(|e| flag_cause("--upstream", e))?,
         forward_identity_headers: flags.forward_identity_headers,
         connect_timeout: flags.upstream_connect_timeout,
         streaming_idle_timeout: flags.streaming_connection_idle_timeout,

@@ -19,6 +19,29 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+use crate::reload::Reloadable;
+
+/// The TLS client configuration towards the kubelet: fixed, or rebuilt when its files (the
+/// kubelet's CA, the proxy's client certificate and key) change. Each new connection takes the
+/// configuration in force; pooled connections keep the one they were opened with.
+#[derive(Clone)]
+pub enum UpstreamTlsConfig {
+    /// Never changes (tests, the demo).
+    Fixed(Arc<rustls::ClientConfig>),
+    /// Follows its files.
+    Reloaded(Arc<Reloadable<rustls::ClientConfig>>),
+}
+
+impl UpstreamTlsConfig {
+    /// The configuration in force.
+    pub fn current(&self) -> Arc<rustls::ClientConfig> {
+        match self {
+            UpstreamTlsConfig::Fixed(config) => Arc::clone(config),
+            UpstreamTlsConfig::Reloaded(reloadable) => reloadable.current_arc(),
+        }
+    }
+}
+
 /// Where and how to connect; resolved and validated once by `Forwarder::new`.
 pub(crate) enum Endpoint {
     /// Plain TCP to `host:port` (host without IPv6 brackets; DNS names are resolved per connect).
@@ -27,7 +50,7 @@ pub(crate) enum Endpoint {
     Tls {
         host: String,
         port: u16,
-        tls: TlsConnector,
+        tls: UpstreamTlsConfig,
         server_name: ServerName<'static>,
     },
     /// A unix domain socket.
@@ -80,7 +103,7 @@ impl Inner {
                 server_name,
             } => {
                 let tcp = tcp(host, *port).await?;
-                let stream = tls
+                let stream = TlsConnector::from(tls.current())
                     .connect(server_name.clone(), tcp)
                     .await
                     .map_err(ConnectError::Tls)?;

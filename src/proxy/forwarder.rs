@@ -5,6 +5,10 @@ use crate::shutdown::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::connector::{Endpoint, UpstreamConnector, UpstreamTlsConfig};
+use super::limits::{Leased, UpstreamLimits};
+use super::{ForwardError, ForwardOptions, ProxyError, UpstreamTarget, headers, upgrade};
+use crate::authn::User;
 use http::header::{HOST, HeaderValue};
 use http::uri::{Authority, Scheme, Uri};
 use http::{Extensions, Method, Request, Response, StatusCode, Version};
@@ -12,12 +16,6 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use rustls_pki_types::ServerName;
-use tokio_rustls::TlsConnector;
-
-use super::connector::{Endpoint, UpstreamConnector};
-use super::limits::{Leased, UpstreamLimits};
-use super::{ForwardError, ForwardOptions, ProxyError, UpstreamTarget, headers, upgrade};
-use crate::authn::User;
 
 /// Idle upstream connections are closed after this long (the kubelet's own idle timeout is
 /// longer, so we close first and never reuse a connection it is closing).
@@ -65,18 +63,24 @@ pub struct UpstreamEndpoint {
 impl UpstreamEndpoint {
     /// Resolves `target`. `tls` is required for [`UpstreamTarget::Https`] and ignored otherwise.
     /// It must not offer ALPN protocols other than `http/1.1` (none is best): the client only
-    /// speaks HTTP/1.1. `server_name` overrides the name the kubelet's certificate is verified
+    /// speaks HTTP/1.1; a reloaded configuration is checked as it is now, and its later versions
+    /// are built the same way. `server_name` overrides the name the kubelet's certificate is verified
     /// against (`--upstream-server-name`); by default it is the upstream host (DNS name or IP
     /// address).
     pub fn resolve(
         target: UpstreamTarget,
-        tls: Option<Arc<rustls::ClientConfig>>,
+        tls: Option<UpstreamTlsConfig>,
         server_name: Option<ServerName<'static>>,
     ) -> Result<UpstreamEndpoint, ProxyError> {
         let (scheme, authority, endpoint) = match target {
             UpstreamTarget::Https { authority } => {
                 let tls = tls.ok_or(ProxyError::MissingTlsConfig)?;
-                if tls.alpn_protocols.iter().any(|p| p != b"http/1.1") {
+                if tls
+                    .current()
+                    .alpn_protocols
+                    .iter()
+                    .any(|p| p != b"http/1.1")
+                {
                     return Err(ProxyError::AlpnNotHttp11);
                 }
                 let (host, port) = host_port(&authority, 443)?;
@@ -88,7 +92,7 @@ impl UpstreamEndpoint {
                 let endpoint = Endpoint::Tls {
                     host,
                     port,
-                    tls: TlsConnector::from(tls),
+                    tls,
                     server_name,
                 };
                 (Scheme::HTTPS, authority, endpoint)
@@ -119,7 +123,8 @@ impl Forwarder {
         server_name: Option<ServerName<'static>>,
         options: ForwardOptions,
     ) -> Result<Forwarder, ProxyError> {
-        let endpoint = UpstreamEndpoint::resolve(target, tls, server_name)?;
+        let endpoint =
+            UpstreamEndpoint::resolve(target, tls.map(UpstreamTlsConfig::Fixed), server_name)?;
         Ok(Forwarder::with_endpoint(endpoint, options))
     }
 

@@ -13,6 +13,7 @@ mod upgrade;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use connector::UpstreamTlsConfig;
 pub use error::{ForwardError, ProxyError};
 pub use forwarder::{Forwarder, UpstreamEndpoint};
 pub use limits::{Busy, Lease, Leased};

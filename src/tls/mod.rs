@@ -150,7 +150,7 @@ pub struct UpstreamTls {
 
 /// Builds the client configuration towards the kubelet. ALPN is left unset on purpose: the
 /// forwarder speaks HTTP/1.1 to the kubelet (upgrades need it).
-pub fn upstream_client_config(settings: UpstreamTls) -> Result<Arc<ClientConfig>, String> {
+pub fn upstream_client_config(settings: UpstreamTls) -> Result<ClientConfig, String> {
     let mut roots = RootCertStore::empty();
     for (i, cert) in settings.roots.into_iter().enumerate() {
         roots
@@ -184,5 +184,5 @@ pub fn upstream_client_config(settings: UpstreamTls) -> Result<Arc<ClientConfig>
             .map_err(|e| format!("client certificate and key do not form a usable pair: {e}"))?,
         None => builder.with_no_client_auth(),
     };
-    Ok(Arc::new(config))
+    Ok(config)
 }

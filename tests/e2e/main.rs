@@ -14,6 +14,7 @@ mod audit_bounds;
 mod authorization;
 mod cli;
 mod config_files;
+mod credentials;
 mod deadlines;
 mod delegated;
 mod explain;

@@ -263,3 +263,54 @@ async fn check_config_probe_reaches_the_kubelet_or_names_the_cause() {
         assert!(output.contains(words), "{label}: {output}");
     }
 }
+
+/// The proxy's client certificate towards the kubelet is reloaded like the serving certificate:
+/// an operator who gave it a certificate the kubelet rejects fixes the files, and the next
+/// connection to the kubelet uses the new pair, without a restart.
+#[tokio::test]
+async fn a_replaced_upstream_client_certificate_is_used_for_new_kubelet_connections() {
+    let kubelet_ca = Authority::root("kubelet CA");
+    let other_ca = Authority::root("some other CA");
+    let kubelet = within(
+        "starting the stand-in kubelet",
+        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None, Some(&kubelet_ca)))),
+    )
+    .await
+    .unwrap();
+    let dir = TempDir::new("upstream-client-reload");
+    let ca = Authority::root("reload CA");
+    let wrong = other_ca.issue(&CertSpec::client("proxy"));
+    let cert = dir.write("proxy-client.crt", wrong.chain_pem());
+    let key = dir.write("proxy-client.key", wrong.key_pem());
+    let extra = format!(
+        "upstreamCaFile: {}\nupstreamClientCertFile: {}\nupstreamClientKeyFile: {}\n",
+        dir.write("upstream-ca.crt", kubelet_ca.pem()).display(),
+        cert.display(),
+        key.display()
+    );
+    let upstream = format!("https://{}", kubelet.addr().unwrap());
+    let config = proxy_config(&dir, &ca, &upstream, &extra);
+    let proxy = ProxyProcess::start(&dir, "proxy", &["--config".to_owned(), config], &[]).await;
+    let alice = Client::new(
+        ca.cert(),
+        proxy.addr(),
+        Identity::of(&ca.issue(&CertSpec::client("alice"))),
+    );
+    assert_eq!(alice.get("/pods").await.status, StatusCode::BAD_GATEWAY);
+
+    // The key first, then the certificate, each renamed into place.
+    let right = kubelet_ca.issue(&CertSpec::client("proxy"));
+    for (path, contents) in [(&key, right.key_pem()), (&cert, right.chain_pem())] {
+        let staged = path.with_extension("new");
+        std::fs::write(&staged, contents).unwrap();
+        std::fs::rename(&staged, path).unwrap();
+    }
+    let reloaded =
+        "kubelet_auth_proxy_config_reloads_total{target=\"upstream_tls\",result=\"applied\"} 1";
+    eventually("the new client certificate is loaded", || async {
+        let metrics = plain_get(proxy.admin_addr(), "/metrics").await.text();
+        metrics.contains(reloaded).then_some(())
+    })
+    .await;
+    assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
+}

@@ -334,6 +334,9 @@ pub struct Call {
     pub kind: Kind,
     /// Who asked (`None`: unauthenticated, answered 401).
     pub caller: Option<Caller>,
+    /// The serial number of the caller's client certificate, if it presented one: which of two
+    /// certificates for the same name was used.
+    pub serial: Option<String>,
     /// The status code answered.
     pub status: u16,
 }
@@ -719,16 +722,17 @@ async fn serve(tcp: TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
     let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await else {
         return;
     };
-    let certificate = tls
+    let leaf = tls
         .get_ref()
         .1
         .peer_certificates()
-        .and_then(|chain| chain.first())
-        .and_then(|leaf| common_name(leaf));
+        .and_then(|chain| chain.first());
+    let certificate = leaf.and_then(|leaf| common_name(leaf));
+    let serial = leaf.map(|leaf| crate::support::pki::serial_of(leaf));
     let service = service_fn(move |req| {
         let shared = shared.clone();
-        let certificate = certificate.clone();
-        async move { Ok::<_, Infallible>(handle(req, &shared, certificate).await) }
+        let (certificate, serial) = (certificate.clone(), serial.clone());
+        async move { Ok::<_, Infallible>(handle(req, &shared, certificate, serial).await) }
     });
     let _ = auto::Builder::new(TokioExecutor::new())
         .serve_connection(TokioIo::new(tls), service)
@@ -748,6 +752,7 @@ async fn handle(
     req: Request<Incoming>,
     shared: &Shared,
     certificate: Option<String>,
+    serial: Option<String>,
 ) -> Response<ResponseBody> {
     let kind = match req.uri().path() {
         TOKEN_REVIEWS_PATH => Kind::TokenReview,
@@ -790,6 +795,7 @@ async fn handle(
     shared.lock().calls.push(Call {
         kind,
         caller,
+        serial,
         status: response.status().as_u16(),
     });
     response

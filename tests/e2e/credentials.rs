@@ -1,0 +1,216 @@
+//! The proxy's own credentials for the API server, as a node holds them: the kubelet's kubeconfig
+//! (`/etc/kubernetes/kubelet.conf` as kubeadm writes it) naming `kubelet-client-current.pem`, a
+//! symlink the kubelet swaps to a new certificate before the old one expires
+//! (k8s.io/client-go v0.33 `util/certificate/certificate_store.go`: the new pair is written to a
+//! dated file, then a symlink to it is renamed over `kubelet-client-current.pem`). The proxy must
+//! use the new certificate for its next review without a restart, and keep the old one when the
+//! new files are broken.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use http::StatusCode;
+
+use crate::support::TempDir;
+use crate::support::apiserver::{ApiServer, Caller, TokenUser};
+use crate::support::client::{Reply, empty, request};
+use crate::support::eventually;
+use crate::support::harness::{Harness, ProxySpec};
+use crate::support::pki::{CertSpec, Issued, serial_of};
+use crate::support::process::run;
+
+const RELOADS: &str = "kubelet_auth_proxy_config_reloads_total";
+const NODE_IDENTITY: &str = "system:node:node-a";
+
+/// `/var/lib/kubelet/pki` and `/etc/kubernetes/kubelet.conf`, in a temporary directory.
+struct KubeletCredentials {
+    pki: PathBuf,
+    kubeconfig: PathBuf,
+    _dir: TempDir,
+}
+
+impl KubeletCredentials {
+    /// The layout after TLS bootstrap: `first` in a dated file, `kubelet-client-current.pem`
+    /// pointing at it, and the kubeconfig naming that link for both certificate and key, with
+    /// the cluster CA inline (`certificate-authority-data`), as kubeadm writes it.
+    fn new(api: &ApiServer, first: &Issued) -> KubeletCredentials {
+        let dir = TempDir::new("kubelet-credentials");
+        let pki = dir.path().join("pki");
+        std::fs::create_dir(&pki).unwrap();
+        let credentials = KubeletCredentials {
+            kubeconfig: dir.path().join("kubelet.conf"),
+            pki,
+            _dir: dir,
+        };
+        credentials.rotate_to("kubelet-client-2026-11-25-10-00-00.pem", &pair_pem(first));
+        let ca = base64::engine::general_purpose::STANDARD.encode(api.ca().pem());
+        std::fs::write(
+            &credentials.kubeconfig,
+            format!(
+                "apiVersion: v1
+clusters:
+- cluster:
+    certificate-authority-data: {ca}
+    server: https://{addr}
+  name: default-cluster
+contexts:
+- context:
+    cluster: default-cluster
+    namespace: default
+    user: default-auth
+  name: default-context
+current-context: default-context
+kind: Config
+preferences: {{}}
+users:
+- name: default-auth
+  user:
+    client-certificate: {current}
+    client-key: {current}
+",
+                addr = api.addr(),
+                current = credentials.current().display(),
+            ),
+        )
+        .unwrap();
+        credentials
+    }
+
+    fn current(&self) -> PathBuf {
+        self.pki.join("kubelet-client-current.pem")
+    }
+
+    /// What the kubelet's certificate store does: the new pair in its own dated file, then a
+    /// symlink to it renamed over `kubelet-client-current.pem`.
+    fn rotate_to(&self, dated: &str, contents: &str) {
+        std::fs::write(self.pki.join(dated), contents).unwrap();
+        let staged = self.pki.join("kubelet-client-current.pem.updating");
+        std::os::unix::fs::symlink(dated, &staged).unwrap();
+        std::fs::rename(&staged, self.current()).unwrap();
+    }
+}
+
+/// Certificate and key in one file, as the kubelet keeps them.
+fn pair_pem(issued: &Issued) -> String {
+    format!("{}{}", issued.chain_pem(), issued.key_pem())
+}
+
+async fn proxy(kubeconfig: &Path) -> Harness {
+    ProxySpec::new(&[
+        "--authentication-token-webhook",
+        "--authorization-mode=AlwaysAllow",
+    ])
+    .kubeconfig(kubeconfig)
+    .start()
+    .await
+}
+
+async fn get_with_token(h: &Harness, token: &str) -> Reply {
+    h.anonymous()
+        .send(
+            request("GET", "/pods")
+                .header("authorization", format!("Bearer {token}"))
+                .body(empty())
+                .unwrap(),
+        )
+        .await
+}
+
+async fn reloads(h: &Harness, result: &str) -> f64 {
+    h.metric(
+        RELOADS,
+        &[("target", "apiserver_credentials"), ("result", result)],
+    )
+    .await
+}
+
+/// The serial of the client certificate the API server saw on its last call.
+fn last_serial(api: &ApiServer) -> String {
+    let call = api.calls().pop().expect("the API server was called");
+    assert_eq!(
+        call.caller,
+        Some(Caller::Certificate(NODE_IDENTITY.to_owned()))
+    );
+    call.serial.expect("a client certificate was presented")
+}
+
+#[tokio::test]
+async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
+    let api = ApiServer::start().await;
+    for token in ["tok-1", "tok-2", "tok-3"] {
+        api.add_token(token, TokenUser::new("prometheus"));
+    }
+    let first = api.ca().issue(&CertSpec::client(NODE_IDENTITY));
+    let credentials = KubeletCredentials::new(&api, &first);
+    let h = proxy(&credentials.kubeconfig).await;
+
+    assert_eq!(get_with_token(&h, "tok-1").await.status, StatusCode::OK);
+    assert_eq!(last_serial(&api), serial_of(&first.chain[0]));
+
+    let second = api.ca().issue(&CertSpec::client(NODE_IDENTITY));
+    credentials.rotate_to("kubelet-client-2026-11-25-11-00-00.pem", &pair_pem(&second));
+    eventually("the rotated certificate is loaded", || async {
+        (reloads(&h, "applied").await >= 1.0).then_some(())
+    })
+    .await;
+    // A new token: its review is not answered from the cache.
+    assert_eq!(get_with_token(&h, "tok-2").await.status, StatusCode::OK);
+    assert_eq!(last_serial(&api), serial_of(&second.chain[0]));
+
+    // A rotation caught half-written keeps the certificate in force.
+    credentials.rotate_to(
+        "kubelet-client-2026-11-25-12-00-00.pem",
+        &second.chain_pem(),
+    );
+    eventually("the broken rotation is counted", || async {
+        (reloads(&h, "failed").await >= 1.0).then_some(())
+    })
+    .await;
+    assert_eq!(get_with_token(&h, "tok-3").await.status, StatusCode::OK);
+    assert_eq!(last_serial(&api), serial_of(&second.chain[0]));
+}
+
+#[tokio::test]
+async fn check_config_names_the_kubeconfig_whose_client_key_does_not_match() {
+    let api = ApiServer::start().await;
+    let issued = api.ca().issue(&CertSpec::client(NODE_IDENTITY));
+    let other = api.ca().issue(&CertSpec::client(NODE_IDENTITY));
+    let credentials = KubeletCredentials::new(&api, &issued);
+    credentials.rotate_to(
+        "kubelet-client-2026-11-25-11-00-00.pem",
+        &format!("{}{}", issued.chain_pem(), other.key_pem()),
+    );
+    let dir = TempDir::new("credentials-check");
+    let ca = api.ca();
+    let serving = ca.issue(&CertSpec::server());
+    let args = vec![
+        "check-config".to_owned(),
+        "--upstream=http://127.0.0.1:1".to_owned(),
+        format!(
+            "--tls-cert-file={}",
+            dir.write("tls.crt", serving.chain_pem()).display()
+        ),
+        format!(
+            "--tls-private-key-file={}",
+            dir.write("tls.key", serving.key_pem()).display()
+        ),
+        "--authentication-token-webhook".to_owned(),
+        format!("--kubeconfig={}", credentials.kubeconfig.display()),
+        "--authorization-mode=AlwaysAllow".to_owned(),
+        "--node-name=node-a".to_owned(),
+    ];
+    let done = run(&dir, "check", &args).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    let kubeconfig = credentials.kubeconfig.display().to_string();
+    assert!(
+        done.stderr.starts_with("kubelet-auth-proxy: --kubeconfig")
+            && done.stderr.contains(&kubeconfig)
+            && done.stderr.contains(&format!(
+                "client-certificate and client-key {}",
+                credentials.current().display()
+            ))
+            && done.stderr.contains("KeyMismatch"),
+        "{}",
+        done.stderr
+    );
+}
