@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
@@ -20,10 +21,33 @@ use crate::metrics::Metrics;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
+/// What `/readyz` answers from.
+#[derive(Clone)]
+pub struct Readiness {
+    /// Set once every `--listen-address` is bound; until then `/readyz` answers 503 (the
+    /// address is still held, by the kubelet during a rollout).
+    pub listening: Arc<AtomicBool>,
+    /// Cancelled when shutdown begins: from then on `/readyz` answers 503, so load balancers and
+    /// probes stop sending traffic while requests finish.
+    pub draining: CancellationToken,
+}
+
+impl Readiness {
+    /// Why the proxy is not ready, if it is not.
+    fn not_ready(&self) -> Option<&'static str> {
+        if self.draining.is_cancelled() {
+            Some("shutting down")
+        } else if !self.listening.load(Ordering::Acquire) {
+            Some("waiting for --listen-address: another process holds it")
+        } else {
+            None
+        }
+    }
+}
+
 /// Serves the admin endpoints until the task is aborted, which the server does once its
-/// connections have drained. `draining` is cancelled when shutdown begins: from then on `/readyz`
-/// answers 503, so load balancers and probes stop sending traffic while requests finish.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, draining: CancellationToken) {
+/// connections have drained.
+pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Readiness) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         let tcp = match listener.accept().await {
@@ -37,10 +61,10 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, draining: Cance
         };
         let metrics = Arc::clone(&metrics);
         let http = Arc::clone(&http);
-        let draining = draining.clone();
+        let readiness = readiness.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| {
-                let response = respond(&req, &metrics, draining.is_cancelled());
+                let response = respond(&req, &metrics, readiness.not_ready());
                 async move { Ok::<_, Infallible>(response) }
             });
             if let Err(e) = http.serve_connection(TokioIo::new(tcp), service).await {
@@ -53,20 +77,20 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, draining: Cance
 fn respond(
     req: &Request<Incoming>,
     metrics: &Metrics,
-    shutting_down: bool,
+    not_ready: Option<&'static str>,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET | &Method::HEAD, "/healthz") => {
             (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned())
         }
-        (&Method::GET | &Method::HEAD, "/readyz") if shutting_down => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "text/plain; charset=utf-8",
-            "shutting down".to_owned(),
-        ),
-        (&Method::GET | &Method::HEAD, "/readyz") => {
-            (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned())
-        }
+        (&Method::GET | &Method::HEAD, "/readyz") => match not_ready {
+            Some(reason) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain; charset=utf-8",
+                reason.to_owned(),
+            ),
+            None => (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned()),
+        },
         (&Method::GET | &Method::HEAD, "/metrics") => {
             (StatusCode::OK, OPENMETRICS, metrics.encode())
         }

@@ -29,6 +29,8 @@ use crate::shutdown::Shutdown;
 pub struct Services {
     /// Where the kubelet API is served.
     pub listen_addresses: Vec<std::net::SocketAddr>,
+    /// How long a listen address in use is retried.
+    pub listen_retry_timeout: Duration,
     /// Where /healthz, /readyz and /metrics are served.
     pub admin_listen_address: std::net::SocketAddr,
     /// Serving TLS, swapped when its files change.
@@ -107,6 +109,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
     };
     Ok(Services {
         listen_addresses: settings.listen_addresses,
+        listen_retry_timeout: settings.listen_retry_timeout,
         admin_listen_address: settings.admin_listen_address,
         server_tls: settings.server_tls,
         authenticator,

@@ -144,26 +144,36 @@ fn bind_hint(error: &std::io::Error) -> &'static str {
     }
 }
 
-/// How long binding is retried while the address is in use: long enough for a kubelet being
-/// moved off the port during a rollout to let go of it.
-const BIND_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+/// How long the admin address is retried while in use (a previous instance letting go of it).
+const ADMIN_BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(60);
+/// The longest pause between two tries of an address in use: the most a client can be refused
+/// between the kubelet letting go of the port and the proxy taking it.
+const MAX_BIND_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Binds `addr` for `flag`. While another process holds the address (the kubelet still on the
-/// port during a rollout), retries with a backoff from 100 ms to 2 s for up to a minute, saying
-/// why; any other error, or still in use after that, is a [`StartError::Bind`].
-async fn bind(flag: &'static str, addr: SocketAddr) -> Result<TcpListener, StartError> {
+/// port during a rollout), retries with a backoff from 100 ms to 500 ms for up to `retry`, saying
+/// why once and then every minute; any other error, or still in use after that, is a
+/// [`StartError::Bind`].
+async fn bind(
+    flag: &'static str,
+    addr: SocketAddr,
+    retry: std::time::Duration,
+) -> Result<TcpListener, StartError> {
     let started = Instant::now();
     let mut pause = std::time::Duration::from_millis(100);
+    let mut said: Option<Instant> = None;
     loop {
         match TcpListener::bind(addr).await {
             Ok(listener) => return Ok(listener),
             Err(source)
-                if source.kind() == std::io::ErrorKind::AddrInUse
-                    && started.elapsed() < BIND_RETRY_WINDOW =>
+                if source.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < retry =>
             {
-                warn!(flag, %addr, "address in use; retrying (up to a minute)");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(2));
+                if said.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
+                    warn!(flag, %addr, waited = ?started.elapsed(), ?retry, "address in use; retrying until it is free");
+                    said = Some(Instant::now());
+                }
+                tokio::time::sleep(pause.min(retry.saturating_sub(started.elapsed()))).await;
+                pause = (pause * 2).min(MAX_BIND_PAUSE);
             }
             Err(source) => return Err(StartError::Bind { flag, addr, source }),
         }
@@ -177,11 +187,33 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         Ok(limit) => debug!(limit, "open-file limit"),
         Err(e) => warn!(error = %e, "cannot raise the open-file limit to its hard limit"),
     }
+    // The admin listener first: while the kubelet API's address is still held (by the kubelet,
+    // during a rollout), /healthz says the process is alive and /readyz that it does not serve
+    // yet, so a liveness or startup probe does not restart a proxy that is only waiting.
+    let admin_listener = bind(
+        "--admin-listen-address",
+        config.admin_listen_address,
+        ADMIN_BIND_RETRY,
+    )
+    .await?;
+    let metrics = Arc::clone(&config.metrics);
+    let shutdown = config.shutdown.clone();
+    let listening = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let admin_addr = admin_listener.local_addr()?;
+    info!(%admin_addr, "admin listener serving /healthz, /readyz and /metrics");
+    let admin = tokio::spawn(admin::serve(
+        admin_listener,
+        Arc::clone(&metrics),
+        admin::Readiness {
+            listening: Arc::clone(&listening),
+            draining: shutdown.draining().clone(),
+        },
+    ));
     let mut listeners = Vec::with_capacity(config.listen_addresses.len());
     for &address in &config.listen_addresses {
-        listeners.push(bind("--listen-address", address).await?);
+        listeners.push(bind("--listen-address", address, config.listen_retry_timeout).await?);
     }
-    let admin_listener = bind("--admin-listen-address", config.admin_listen_address).await?;
+    listening.store(true, std::sync::atomic::Ordering::Release);
     let addrs = listeners
         .iter()
         .map(TcpListener::local_addr)
@@ -189,15 +221,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     let addr = *addrs.first().ok_or_else(|| {
         std::io::Error::new(std::io::ErrorKind::InvalidInput, "no --listen-address")
     })?;
-    let admin_addr = admin_listener.local_addr()?;
-    let metrics = Arc::clone(&config.metrics);
-    let shutdown = config.shutdown.clone();
 
-    let admin = tokio::spawn(admin::serve(
-        admin_listener,
-        Arc::clone(&metrics),
-        shutdown.draining().clone(),
-    ));
     let limits = Limits {
         max_connections: config.max_connections,
         handshake_timeout: config.header_read_timeout,

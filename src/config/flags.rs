@@ -62,6 +62,12 @@ pub struct ProxyFlags {
     )]
     pub listen_address: Vec<SocketAddr>,
 
+    /// How long to keep trying a --listen-address another process holds (the kubelet, until it
+    /// is moved to loopback) before giving up. Meanwhile the admin listener answers /healthz
+    /// 200 and /readyz 503. Set it past the kubelet's move when the proxy is rolled out first.
+    #[arg(long, value_name = "DURATION", default_value = "1m0s", value_parser = parse_go_duration, help_heading = "Serving")]
+    pub listen_retry_timeout: Duration,
+
     /// Serving certificate chain (PEM).
     #[arg(long, value_name = "FILE", help_heading = "Serving")]
     pub tls_cert_file: Option<PathBuf>,

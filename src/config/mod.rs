@@ -138,6 +138,8 @@ pub(crate) fn file_cause(
 pub struct Settings {
     /// Where the kubelet API is served.
     pub listen_addresses: Vec<SocketAddr>,
+    /// How long a listen address in use is retried.
+    pub listen_retry_timeout: Duration,
     /// Where /healthz, /readyz and /metrics are served.
     pub admin_listen_address: SocketAddr,
     /// Serving TLS, client certificates requested when x509 authentication is on; rebuilt when
@@ -337,6 +339,7 @@ impl Settings {
                 Some(upstream),
             ) if errors.is_empty() => Ok(Settings {
                 listen_addresses: flags.listen_address.clone(),
+                listen_retry_timeout: flags.listen_retry_timeout,
                 admin_listen_address: flags.admin_listen_address,
                 server_tls,
                 client_ca,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::TempDir;
+use crate::support::client::plain_get;
 use crate::support::pki::{Authority, CertSpec};
 use crate::support::process::{run, run_within};
 
@@ -309,7 +310,8 @@ async fn an_address_that_cannot_be_bound_names_its_flag_and_exits_2() {
 }
 
 /// While another process holds the listen address (the kubelet during a rollout), the proxy
-/// retries, says why, and serves as soon as the address is free.
+/// retries, says why, answers its probes (alive, not ready), and serves as soon as the address is
+/// free.
 #[tokio::test]
 async fn a_listen_address_in_use_is_retried_until_it_is_free() {
     let files = files();
@@ -326,10 +328,65 @@ async fn a_listen_address_in_use_is_retried_until_it_is_free() {
             async move { logged.then_some(()) }
         })
         .await;
+        let admin = admin_address(&std::fs::read_to_string(&log).unwrap());
+        let health = plain_get(admin, "/healthz").await;
+        assert_eq!(health.status, http::StatusCode::OK);
+        let ready = plain_get(admin, "/readyz").await;
+        assert_eq!(ready.status, http::StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            ready.text().contains("waiting for --listen-address"),
+            "{}",
+            ready.text()
+        );
         drop(holder);
+        admin
     };
-    let (proxy, ()) = tokio::join!(start, release);
+    let (proxy, admin) = tokio::join!(start, release);
     assert_eq!(proxy.addr(), address);
+    assert_eq!(proxy.admin_addr(), admin);
+    assert_eq!(
+        plain_get(admin, "/readyz").await.status,
+        http::StatusCode::OK
+    );
+}
+
+/// `--listen-retry-timeout` bounds the wait: still in use after it, the proxy exits 2 naming
+/// the flag.
+#[tokio::test]
+async fn a_listen_address_still_in_use_after_the_retry_timeout_is_an_error() {
+    let files = files();
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = holder.local_addr().unwrap();
+    let args = command_line(
+        &files,
+        &[
+            format!("--listen-address={address}"),
+            "--listen-retry-timeout=1s".to_owned(),
+        ],
+    );
+    let done = run(&files.dir, "still-in-use", &args).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    let last = done.stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!(
+            "kubelet-auth-proxy: --listen-address {address}: cannot listen: "
+        )),
+        "{}",
+        done.stderr
+    );
+    drop(holder);
+}
+
+/// The admin address from the proxy's JSON log.
+fn admin_address(log: &str) -> std::net::SocketAddr {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find_map(|event| {
+            event["fields"]["admin_addr"]
+                .as_str()
+                .and_then(|addr| addr.parse().ok())
+        })
+        .expect("the admin listener's address is logged")
 }
 
 /// A single-value flag given twice takes the last value, as the kubelet's flags do.
