@@ -18,7 +18,8 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, TokenReviewStatus};
 use k8s_openapi::api::authorization::v1::{
-    SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+    SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::Serialize;
@@ -389,6 +390,46 @@ impl ApiServerClient {
             )
             .await?;
         decode_subject_access_review(&body)
+    }
+
+    /// Asks whether this client's own identity may `create` `resource` in `group` (a
+    /// SelfSubjectAccessReview, as `kubectl auth can-i` sends): what `check-config --probe`
+    /// checks before the proxy depends on it. One attempt, bounded like a review; outside the
+    /// review gates and metrics.
+    pub async fn may_create(
+        &self,
+        group: &str,
+        resource: &str,
+    ) -> Result<SubjectAccessReviewStatus, ApiCallError> {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(group.to_owned()),
+                    resource: Some(resource.to_owned()),
+                    verb: Some("create".to_owned()),
+                    ..ResourceAttributes::default()
+                }),
+                ..SelfSubjectAccessReviewSpec::default()
+            },
+            ..SelfSubjectAccessReview::default()
+        };
+        let body = serde_json::to_vec(&review)
+            .map_err(|e| ApiCallError::InvalidResponse(format!("encoding request: {e}")))?;
+        let (_, answer) = self
+            .attempt(
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                Bytes::from(body),
+            )
+            .await
+            .map_err(|e| e.error)?;
+        serde_json::from_slice::<SelfSubjectAccessReview>(&answer)
+            .map_err(|e| {
+                ApiCallError::InvalidResponse(format!("decoding SelfSubjectAccessReview: {e}"))
+            })?
+            .status
+            .ok_or_else(|| {
+                ApiCallError::InvalidResponse("SelfSubjectAccessReview without status".into())
+            })
     }
 
     /// POSTs `object` to `path` with the kubelet's retries, returning the body of the successful

@@ -55,6 +55,7 @@ pub mod descriptors;
 pub mod explain;
 pub mod held_body;
 pub mod metrics;
+pub mod probe;
 pub mod proxy;
 pub mod reload;
 pub mod responses;

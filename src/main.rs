@@ -80,47 +80,29 @@ struct CheckConfigArgs {
     #[arg(long)]
     strict: bool,
     /// Also connect to the kubelet with the configured address, TLS files and client
-    /// certificate, and send it GET /healthz: exit 2, naming the cause, if it cannot be reached
-    /// or does not answer 200. Nothing else is opened or written.
+    /// certificate and send it GET /healthz, and ask the API server (SelfSubjectAccessReview)
+    /// whether the proxy's identity may create the TokenReviews and SubjectAccessReviews it will
+    /// send: exit 2, naming the cause, if anything cannot be reached or is not allowed. Nothing
+    /// is written.
     #[arg(long)]
     probe: bool,
     #[command(flatten)]
     flags: Box<ProxyFlags>,
 }
 
-/// How long `check-config --probe` waits for the kubelet's answer.
-const PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
-
-/// `check-config --probe`: one `GET /healthz` to the kubelet, as the proxy would send it.
-async fn probe_kubelet(settings: Settings) -> ExitCode {
-    let metrics = kubelet_auth_proxy::metrics::Metrics::new();
-    let shutdown = kubelet_auth_proxy::shutdown::Shutdown::new();
-    let forwarder = kubelet_auth_proxy::assemble::forwarder(settings.upstream, &metrics, &shutdown);
-    match tokio::time::timeout(PROBE_TIMEOUT, forwarder.probe()).await {
-        Ok(Ok(status)) if status.is_success() => {
-            println!("kubelet-auth-proxy: probe: the kubelet answered GET /healthz with {status}");
-            ExitCode::SUCCESS
-        }
-        Ok(Ok(status)) => {
-            eprintln!(
-                "kubelet-auth-proxy: --upstream: probe: the kubelet answered GET /healthz with \
-                 {status}: does it authorize the proxy's client certificate \
-                 (--upstream-client-cert-file)?"
-            );
-            ExitCode::from(2)
-        }
-        Ok(Err(e)) => {
-            let diagnosis = kubelet_auth_proxy::proxy::cause::diagnose(&e);
-            eprintln!(
-                "kubelet-auth-proxy: --upstream: probe: {}",
-                diagnosis.detail
-            );
-            ExitCode::from(2)
-        }
-        Err(_) => {
-            eprintln!("kubelet-auth-proxy: --upstream: probe: no answer within {PROBE_TIMEOUT:?}");
-            ExitCode::from(2)
-        }
+/// `check-config --probe`: prints what works, then what does not; 2 if anything does not.
+async fn probe(settings: Settings) -> ExitCode {
+    let findings = kubelet_auth_proxy::probe::run(settings).await;
+    for line in &findings.working {
+        println!("kubelet-auth-proxy: {line}");
+    }
+    for line in &findings.failing {
+        eprintln!("kubelet-auth-proxy: {line}");
+    }
+    if findings.failing.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(2)
     }
 }
 
@@ -306,7 +288,7 @@ fn main() -> anyhow::Result<ExitCode> {
                         settings.authorization.names()
                     );
                     if args.probe {
-                        return Ok(runtime.block_on(probe_kubelet(settings)));
+                        return Ok(runtime.block_on(probe(settings)));
                     }
                     Ok(ExitCode::SUCCESS)
                 }

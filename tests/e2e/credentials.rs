@@ -12,7 +12,7 @@ use base64::Engine;
 use http::StatusCode;
 
 use crate::support::TempDir;
-use crate::support::apiserver::{ApiServer, Caller, TokenUser};
+use crate::support::apiserver::{ApiServer, Caller, Flavour, TokenUser};
 use crate::support::client::{Reply, empty, request};
 use crate::support::eventually;
 use crate::support::harness::{Harness, ProxySpec};
@@ -213,4 +213,79 @@ async fn check_config_names_the_kubeconfig_whose_client_key_does_not_match() {
         "{}",
         done.stderr
     );
+}
+
+/// `check-config --probe` asks the API server, with the proxy's own credentials, whether it may
+/// create the reviews the configuration will send, and names what is missing.
+#[tokio::test]
+async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
+    let api = ApiServer::start().await;
+    let kubelet = kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None)
+        .await
+        .unwrap();
+    let dir = TempDir::new("credentials-probe");
+    let serving = api.ca().issue(&CertSpec::server());
+    let probe = |kubeconfig: PathBuf| {
+        vec![
+            "check-config".to_owned(),
+            "--probe".to_owned(),
+            format!("--upstream=http://{}", kubelet.addr().unwrap()),
+            format!(
+                "--tls-cert-file={}",
+                dir.write("tls.crt", serving.chain_pem()).display()
+            ),
+            format!(
+                "--tls-private-key-file={}",
+                dir.write("tls.key", serving.key_pem()).display()
+            ),
+            "--authentication-token-webhook".to_owned(),
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--authorization-mode=Webhook".to_owned(),
+            "--node-name=node-a".to_owned(),
+        ]
+    };
+    let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
+
+    let done = run(&dir, "allowed", &probe(kubeconfig.clone())).await;
+    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    for resource in [
+        "tokenreviews.authentication.k8s.io",
+        "subjectaccessreviews.authorization.k8s.io",
+        "the kubelet answered GET /healthz with 200",
+    ] {
+        assert!(
+            done.stdout.contains(resource),
+            "{resource}: {}",
+            done.stdout
+        );
+    }
+
+    api.set_caller_may_create(&[("authentication.k8s.io", "tokenreviews")]);
+    let done = run(&dir, "not-allowed", &probe(kubeconfig.clone())).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    let expected = format!(
+        "kubelet-auth-proxy: --kubeconfig {}: probe: the API server does not let this identity \
+         create subjectaccessreviews.authorization.k8s.io",
+        kubeconfig.display()
+    );
+    assert!(
+        done.stderr.starts_with(&expected) && done.stderr.contains("system:auth-delegator"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(done.stderr.lines().count(), 1, "{}", done.stderr);
+
+    let token = api.kubeconfig(Flavour::Token);
+    let revoked = std::fs::read_to_string(&token)
+        .unwrap()
+        .replace(api.caller_token(), "revoked-token");
+    let revoked = dir.write("revoked.kubeconfig", revoked);
+    let done = run(&dir, "refused", &probe(revoked)).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("401") && done.stderr.contains("the credentials were refused"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(done.stderr.lines().count(), 1, "{}", done.stderr);
 }

@@ -44,6 +44,8 @@ use super::{TempDir, within};
 pub const TOKEN_REVIEWS_PATH: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 /// Where the proxy posts SubjectAccessReviews.
 pub const ACCESS_REVIEWS_PATH: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+/// Where a caller asks what it may do itself (`kubectl auth can-i`).
+pub const SELF_ACCESS_REVIEWS_PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 /// The audiences the API server assumes when a TokenReview names none (its `--api-audiences`,
 /// by default the service-account issuer).
 pub const API_AUDIENCES: &[&str] = &["https://kubernetes.default.svc.cluster.local"];
@@ -359,6 +361,8 @@ struct State {
     calls: Vec<Call>,
     token_reviews: Vec<Value>,
     access_reviews: Vec<Value>,
+    /// `(group, resource)` its callers may `create`, as SelfSubjectAccessReviews answer.
+    caller_may_create: Vec<(String, String)>,
 }
 
 impl State {
@@ -461,6 +465,11 @@ impl ApiServer {
                 calls: Vec::new(),
                 token_reviews: Vec::new(),
                 access_reviews: Vec::new(),
+                // What system:auth-delegator grants.
+                caller_may_create: vec![
+                    ("authentication.k8s.io".into(), "tokenreviews".into()),
+                    ("authorization.k8s.io".into(), "subjectaccessreviews".into()),
+                ],
             }),
             caller_token: format!("stand-in-caller-{}", addr.port()),
         });
@@ -536,6 +545,16 @@ current-context: stand-in
                 ca = ca.display(),
             ),
         )
+    }
+
+    /// What its callers may `create`, as `(group, resource)`, in the answers to
+    /// SelfSubjectAccessReviews (by default: tokenreviews and subjectaccessreviews, as
+    /// `system:auth-delegator` grants). The reviews themselves are answered either way.
+    pub fn set_caller_may_create(&self, allowed: &[(&str, &str)]) {
+        self.shared.lock().caller_may_create = allowed
+            .iter()
+            .map(|(group, resource)| ((*group).to_owned(), (*resource).to_owned()))
+            .collect();
     }
 
     /// TokenReview authenticates `token` as `user` (for the audiences `user` names).
@@ -755,6 +774,7 @@ async fn handle(
     serial: Option<String>,
 ) -> Response<ResponseBody> {
     let kind = match req.uri().path() {
+        SELF_ACCESS_REVIEWS_PATH => return self_review(req, shared, certificate).await,
         TOKEN_REVIEWS_PATH => Kind::TokenReview,
         ACCESS_REVIEWS_PATH => Kind::SubjectAccessReview,
         _ => {
@@ -799,6 +819,61 @@ async fn handle(
         status: response.status().as_u16(),
     });
     response
+}
+
+/// A SelfSubjectAccessReview: may the caller itself `create` the resource asked about?
+async fn self_review(
+    req: Request<Incoming>,
+    shared: &Shared,
+    certificate: Option<String>,
+) -> Response<ResponseBody> {
+    let token = format!("Bearer {}", shared.caller_token);
+    let by_token = req
+        .headers()
+        .get(AUTHORIZATION)
+        .is_some_and(|presented| presented.as_bytes() == token.as_bytes());
+    if req.method() != Method::POST || (certificate.is_none() && !by_token) {
+        return status_response(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unauthorized",
+            None,
+        );
+    }
+    let Ok(body) = Limited::new(req.into_body(), MAX_REQUEST_BODY)
+        .collect()
+        .await
+    else {
+        return status_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            "the request body is too large",
+            None,
+        );
+    };
+    let review: Value = serde_json::from_slice(&body.to_bytes()).unwrap_or_default();
+    let attributes = &review["spec"]["resourceAttributes"];
+    let field = |name: &str| attributes[name].as_str().unwrap_or_default().to_owned();
+    let allowed = field("verb") == "create"
+        && shared
+            .lock()
+            .caller_may_create
+            .contains(&(field("group"), field("resource")));
+    let status = if allowed {
+        json!({"allowed": true, "reason": "RBAC: allowed by ClusterRoleBinding \"kubelet-auth-proxy:auth-delegator\""})
+    } else {
+        json!({"allowed": false})
+    };
+    json_response(
+        StatusCode::CREATED,
+        &json!({
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "spec": review["spec"],
+            "status": status,
+        }),
+    )
 }
 
 async fn answer(
