@@ -133,8 +133,9 @@ pub enum StartError {
 fn bind_hint(error: &std::io::Error) -> &'static str {
     match error.kind() {
         std::io::ErrorKind::AddrInUse => {
-            "; another process (the kubelet itself?) listens there: move the kubelet to another \
-             port or address first, or choose another --listen-address"
+            "; another process (the kubelet itself?) listens there: move the kubelet to the other \
+             family's loopback (address: \"::1\" beside 0.0.0.0) first, or choose another \
+             --listen-address"
         }
         std::io::ErrorKind::AddrNotAvailable => "; it is not an address of this host",
         std::io::ErrorKind::PermissionDenied => {
@@ -142,6 +143,25 @@ fn bind_hint(error: &std::io::Error) -> &'static str {
         }
         _ => "",
     }
+}
+
+/// A listening socket on `addr`. An IPv6 address serves IPv6 only (`IPV6_V6ONLY`), so that
+/// `[::]:10250` and `0.0.0.0:10250` can be served side by side, and so that `0.0.0.0:10250`
+/// (or `[::]:10250`) coexists with a kubelet on the other family's loopback (`[::1]:10250`, or
+/// `127.0.0.1:10250`): the kernel only refuses a wildcard beside a specific address of the same
+/// family. `SO_REUSEADDR` as Tokio sets it (a restart rebinds while old connections linger in
+/// TIME_WAIT); the backlog is Tokio's.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
 }
 
 /// How long the admin address is retried while in use (a previous instance letting go of it).
@@ -163,7 +183,7 @@ async fn bind(
     let mut pause = std::time::Duration::from_millis(100);
     let mut said: Option<Instant> = None;
     loop {
-        match TcpListener::bind(addr).await {
+        match listen(addr) {
             Ok(listener) => return Ok(listener),
             Err(source)
                 if source.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < retry =>

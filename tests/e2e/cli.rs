@@ -661,3 +661,53 @@ async fn check_config_reports_every_problem_in_one_run() {
     }
     assert_eq!(lines.len(), 4, "{}", done.stderr);
 }
+
+/// An IPv6 listen address serves IPv6 only, so the wildcard of one family coexists with the
+/// kubelet on the other family's loopback (the setup that needs no per-node address) and both
+/// wildcards can be served at once.
+#[tokio::test]
+async fn a_wildcard_listen_address_coexists_with_a_kubelet_on_the_other_loopback() {
+    let files = files();
+    let kubelet_v6 = std::net::TcpListener::bind("[::1]:0").unwrap();
+    let port = kubelet_v6.local_addr().unwrap().port();
+    let kubelet_v4 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port_v6 = kubelet_v4.local_addr().unwrap().port();
+    let both = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port_both = both.local_addr().unwrap().port();
+    drop(both);
+    for (label, addresses, reachable) in [
+        (
+            "beside-v6-kubelet",
+            vec![format!("0.0.0.0:{port}")],
+            format!("127.0.0.1:{port}"),
+        ),
+        (
+            "beside-v4-kubelet",
+            vec![format!("[::]:{port_v6}")],
+            format!("[::1]:{port_v6}"),
+        ),
+        (
+            "both-families",
+            vec![format!("0.0.0.0:{port_both}"), format!("[::]:{port_both}")],
+            format!("[::1]:{port_both}"),
+        ),
+    ] {
+        let overrides: Vec<String> = addresses
+            .iter()
+            .map(|a| format!("--listen-address={a}"))
+            .collect();
+        let mut args = command_line(&files, &overrides);
+        args.push("--listen-retry-timeout=0s".to_owned());
+        let proxy =
+            crate::support::process::ProxyProcess::start(&files.dir, label, &args, &[]).await;
+        assert_eq!(
+            plain_get(proxy.admin_addr(), "/readyz").await.status,
+            http::StatusCode::OK,
+            "{label}"
+        );
+        tokio::net::TcpStream::connect(&reachable)
+            .await
+            .unwrap_or_else(|e| panic!("{label}: {reachable}: {e}"));
+    }
+    drop((kubelet_v6, kubelet_v4));
+}

@@ -654,12 +654,9 @@ fn expand(container: &Container, examples: &BTreeMap<&str, &str>) -> Vec<String>
         .collect()
 }
 
-/// The proxy container's arguments, with example values for the node name and address.
+/// The proxy container's arguments, with an example value for the node name.
 fn daemonset_args(container: &Container) -> Vec<String> {
-    expand(
-        container,
-        &BTreeMap::from([("NODE_NAME", "node-1"), ("HOST_IP", "10.0.0.12")]),
-    )
+    expand(container, &BTreeMap::from([("NODE_NAME", "node-1")]))
 }
 
 #[test]
@@ -996,7 +993,8 @@ fn the_kubelet_configuration_locks_the_kubelet_behind_the_proxy() {
     assert!(["AlwaysAllow", "Webhook"].contains(&fields["authorization.mode"].as_str().unwrap()));
 
     // Every example's --upstream is exactly that address and port.
-    let upstream = format!("https://{address}:{}", fields["port"]);
+    let port = u16::try_from(fields["port"].as_u64().unwrap()).unwrap();
+    let upstream = format!("https://{}", std::net::SocketAddr::new(address, port));
     let env = environment_file(&read(&file("systemd/kubelet-auth-proxy.env")));
     let env_args: Vec<String> = env["KUBELET_AUTH_PROXY_ARGS"]
         .split_whitespace()
@@ -1015,6 +1013,30 @@ fn the_kubelet_configuration_locks_the_kubelet_behind_the_proxy() {
         ),
     ] {
         assert_eq!(upstream_given.as_deref(), Some(upstream.as_str()), "{what}");
+    }
+
+    // And every example listens on the other family's wildcard, the same on every node, which
+    // the kernel lets it bind beside the kubelet (cli.rs binds it so).
+    let listen_yaml: std::net::SocketAddr = proxy_yaml["listenAddress"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    for (what, listen) in [
+        (
+            "environment file",
+            parse_flags(&env_args).unwrap().listen_address,
+        ),
+        (
+            "DaemonSet",
+            parse_flags(&daemonset_args).unwrap().listen_address,
+        ),
+        ("proxy.yaml", vec![listen_yaml]),
+    ] {
+        assert_eq!(listen.len(), 1, "{what}");
+        assert!(listen[0].ip().is_unspecified(), "{what}: {listen:?}");
+        assert_ne!(listen[0].is_ipv4(), address.is_ipv4(), "{what}: {listen:?}");
+        assert_eq!(listen[0].port(), port, "{what}");
     }
 }
 
