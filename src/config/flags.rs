@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{ArgAction, Args, ValueEnum};
 
 use super::duration::parse_go_duration;
+use super::listen::ListenAddress;
 
 /// Everything the proxy needs to serve, as given on the command line.
 ///
@@ -53,14 +54,16 @@ pub struct ProxyFlags {
     pub upstream_max_requests_inflight_per_user: u32,
 
     /// Address and port to serve the kubelet API on; repeat it to serve on several (an IPv4 and
-    /// an IPv6 address of a dual-stack node, the IPv6 one in brackets).
+    /// an IPv6 address of a dual-stack node, the IPv6 one in brackets). A port alone, `:PORT`,
+    /// is every address of the families the kubelet does not listen on: 0.0.0.0 beside a
+    /// kubelet on [::1], [::] beside one on 127.0.0.1, both otherwise.
     #[arg(
         long,
         value_name = "ADDR:PORT",
-        default_value = "0.0.0.0:10250",
+        default_value = ":10250",
         help_heading = "Serving"
     )]
-    pub listen_address: Vec<SocketAddr>,
+    pub listen_address: Vec<ListenAddress>,
 
     /// How long to keep trying a --listen-address another process holds (the kubelet, until it
     /// is moved to loopback) before giving up. Meanwhile the admin listener answers /healthz

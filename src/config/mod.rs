@@ -8,6 +8,7 @@ pub mod authorization;
 pub mod duration;
 pub mod file;
 pub mod flags;
+pub mod listen;
 pub mod warnings;
 
 use std::error::Error as StdError;
@@ -338,7 +339,14 @@ impl Settings {
                 Some(audit),
                 Some(upstream),
             ) if errors.is_empty() => Ok(Settings {
-                listen_addresses: flags.listen_address.clone(),
+                listen_addresses: listen::resolve(
+                    &flags.listen_address,
+                    flags
+                        .upstream
+                        .as_deref()
+                        .and_then(|url| upstream_target(url).ok())
+                        .as_ref(),
+                ),
                 listen_retry_timeout: flags.listen_retry_timeout,
                 admin_listen_address: flags.admin_listen_address,
                 server_tls,

@@ -21,6 +21,7 @@ use kubelet_auth_proxy::authz::{Attributes, Decision};
 use kubelet_auth_proxy::config::duration::parse_go_duration;
 use kubelet_auth_proxy::config::file as config_file;
 use kubelet_auth_proxy::config::flags::ProxyFlags;
+use kubelet_auth_proxy::config::listen;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -1017,12 +1018,18 @@ fn the_kubelet_configuration_locks_the_kubelet_behind_the_proxy() {
 
     // And every example listens on the other family's wildcard, the same on every node, which
     // the kernel lets it bind beside the kubelet (cli.rs binds it so).
-    let listen_yaml: std::net::SocketAddr = proxy_yaml["listenAddress"]
+    let kubelet = kubelet_auth_proxy::proxy::UpstreamTarget::Https {
+        authority: std::net::SocketAddr::new(address, port)
+            .to_string()
+            .parse()
+            .unwrap(),
+    };
+    let listen_yaml = proxy_yaml["listenAddress"]
         .as_str()
         .unwrap()
         .parse()
         .unwrap();
-    for (what, listen) in [
+    for (what, given) in [
         (
             "environment file",
             parse_flags(&env_args).unwrap().listen_address,
@@ -1033,7 +1040,8 @@ fn the_kubelet_configuration_locks_the_kubelet_behind_the_proxy() {
         ),
         ("proxy.yaml", vec![listen_yaml]),
     ] {
-        assert_eq!(listen.len(), 1, "{what}");
+        let listen = listen::resolve(&given, Some(&kubelet));
+        assert_eq!(listen.len(), 1, "{what}: {listen:?}");
         assert!(listen[0].ip().is_unspecified(), "{what}: {listen:?}");
         assert_ne!(listen[0].is_ipv4(), address.is_ipv4(), "{what}: {listen:?}");
         assert_eq!(listen[0].port(), port, "{what}");
