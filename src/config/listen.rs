@@ -1,8 +1,9 @@
 //! `--listen-address`: an address and port, or a port alone. A port alone stands for every
-//! address of the families the kubelet does not listen on: the kernel refuses a wildcard beside a
-//! specific address of its own family, so beside a kubelet on `[::1]` it is `0.0.0.0:PORT`, beside
-//! one on `127.0.0.1` it is `[::]:PORT`, and beside anything else both wildcards. The same value
-//! then fits every node, whichever loopback its kubelet was moved to.
+//! address of the families the kubelet does not listen on with that port: the kernel refuses a
+//! wildcard beside a specific address of its own family and port, so beside a kubelet on
+//! `[::1]:PORT` it is `0.0.0.0:PORT`, beside one on `127.0.0.1:PORT` it is `[::]:PORT`, and
+//! otherwise (another port, a unix socket, a remote kubelet) both wildcards. The same value then
+//! fits every node, whichever loopback its kubelet was moved to.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -56,7 +57,7 @@ impl fmt::Display for ListenAddress {
 
 /// The sockets to bind for `given`, with the kubelet at `upstream`. Each appears once.
 pub fn resolve(given: &[ListenAddress], upstream: Option<&UpstreamTarget>) -> Vec<SocketAddr> {
-    let loopback = upstream.and_then(loopback_family);
+    let kubelet = upstream.and_then(loopback_of);
     let mut addresses: Vec<SocketAddr> = Vec::new();
     for value in given {
         let resolved = match *value {
@@ -64,10 +65,10 @@ pub fn resolve(given: &[ListenAddress], upstream: Option<&UpstreamTarget>) -> Ve
             ListenAddress::Port(port) => {
                 let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port);
                 let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port);
-                match loopback {
-                    Some(Family::V6) => vec![v4],
-                    Some(Family::V4) => vec![v6],
-                    None => vec![v4, v6],
+                match kubelet {
+                    Some((Family::V6, on)) if on == port => vec![v4],
+                    Some((Family::V4, on)) if on == port => vec![v6],
+                    _ => vec![v4, v6],
                 }
             }
         };
@@ -86,26 +87,30 @@ enum Family {
     V6,
 }
 
-/// The family of the loopback address the kubelet listens on, if it is on one. `localhost`
-/// counts as IPv4: it is `127.0.0.1` first in every distribution's `/etc/hosts`.
-fn loopback_family(upstream: &UpstreamTarget) -> Option<Family> {
-    let authority = match upstream {
-        UpstreamTarget::Https { authority } | UpstreamTarget::Http { authority } => authority,
+/// The family of the loopback address the kubelet listens on, and its port, if it is on one.
+/// `localhost` counts as IPv4: it is `127.0.0.1` first in every distribution's `/etc/hosts`.
+fn loopback_of(upstream: &UpstreamTarget) -> Option<(Family, u16)> {
+    let (authority, default_port) = match upstream {
+        UpstreamTarget::Https { authority } => (authority, 443),
+        UpstreamTarget::Http { authority } => (authority, 80),
         UpstreamTarget::Unix { .. } => return None,
     };
+    let port = authority.port_u16().unwrap_or(default_port);
     let host = authority.host();
     let host = host
         .strip_prefix('[')
         .and_then(|h| h.strip_suffix(']'))
         .unwrap_or(host);
-    if host.eq_ignore_ascii_case("localhost") {
-        return Some(Family::V4);
-    }
-    match host.parse::<IpAddr>() {
-        Ok(IpAddr::V4(ip)) if ip.is_loopback() => Some(Family::V4),
-        Ok(IpAddr::V6(ip)) if ip.is_loopback() => Some(Family::V6),
-        _ => None,
-    }
+    let family = if host.eq_ignore_ascii_case("localhost") {
+        Family::V4
+    } else {
+        match host.parse::<IpAddr>() {
+            Ok(IpAddr::V4(ip)) if ip.is_loopback() => Family::V4,
+            Ok(IpAddr::V6(ip)) if ip.is_loopback() => Family::V6,
+            _ => return None,
+        }
+    };
+    Some((family, port))
 }
 
 #[cfg(test)]
@@ -146,6 +151,11 @@ mod tests {
         );
         assert_eq!(
             resolve(&port, Some(&https("10.0.0.12:10250"))),
+            addrs(&["0.0.0.0:10250", "[::]:10250"])
+        );
+        // A kubelet on another port collides with neither wildcard.
+        assert_eq!(
+            resolve(&port, Some(&https("127.0.0.1:10251"))),
             addrs(&["0.0.0.0:10250", "[::]:10250"])
         );
     }

@@ -206,7 +206,7 @@ cgroupDriver: systemd
         .await;
     assert_eq!(
         summary(&done, "KubeletConfiguration"),
-        valid_line("[::]:10250", "node-from-flag", "Webhook")
+        valid_line("0.0.0.0:10250, [::]:10250", "node-from-flag", "Webhook")
     );
 }
 
@@ -379,7 +379,7 @@ authorizationMode: [Node, AlwaysAllow]
                 "--upstream=http://127.0.0.1:10255",
                 "--node-name=node-from-flag",
             ]),
-            valid_line("[::]:10250", "node-from-flag", "AlwaysAllow"),
+            valid_line("0.0.0.0:10250, [::]:10250", "node-from-flag", "AlwaysAllow"),
         ),
         (
             args(&[
@@ -500,7 +500,7 @@ async fn the_authorization_config_overrides_the_kubelet_configs_authorization_mo
         .await;
     assert_eq!(
         summary(&done, "--kubelet-config with --authorization-config"),
-        valid_line("[::]:10250", "node-a", "Node,AlwaysAllow")
+        valid_line("0.0.0.0:10250, [::]:10250", "node-a", "Node,AlwaysAllow")
     );
 }
 
