@@ -2,6 +2,7 @@
 //! throwaway certificates and a local policy, toured by several identities. Every piece is the
 //! production one except the kubelet; the tour doubles as a smoke test (`--once`).
 
+pub mod apiserver;
 pub mod kubelet;
 pub mod pki;
 pub mod tour;
@@ -17,6 +18,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::config::flags::ProxyFlags;
 use crate::{ConfigError, Settings, assemble};
+use apiserver::{GRAFANA_TOKEN, StandInApiServer};
 use kubelet::StandInKubelet;
 use pki::{Authority, Usage};
 use tour::{Caller, send, steps};
@@ -94,9 +96,10 @@ fn client_config(
     Ok(Arc::new(config))
 }
 
-/// The stand-in kubelet's TLS: it serves with its own certificate and, like a real kubelet
-/// fronted by the proxy, accepts only clients with a certificate from the demo CA (the proxy's).
-fn kubelet_tls(ca: &Path, serving: &pki::Issued) -> Result<Arc<ServerConfig>, DemoError> {
+/// The stand-ins' TLS: each serves with its own certificate and, like a real kubelet fronted by
+/// the proxy or an API server, accepts only clients with a certificate from the demo CA (the
+/// proxy's).
+fn mutual_tls(ca: &Path, serving: &pki::Issued) -> Result<Arc<ServerConfig>, DemoError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = RootCertStore::empty();
     for cert in read_pem_certs(ca)? {
@@ -143,14 +146,30 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
     )?;
     let kubelet_serving = ca.issue("kubelet-serving", NODE_NAME, &[], Usage::Server(loopback))?;
     let proxy_client = ca.issue("proxy-to-kubelet", "kubelet-auth-proxy", &[], Usage::Client)?;
+    let apiserver_serving = ca.issue(
+        "apiserver-serving",
+        "kube-apiserver",
+        &[],
+        Usage::Server(loopback),
+    )?;
+    let proxy_reviewer = ca.issue(
+        "proxy-to-apiserver",
+        "system:serviceaccount:kube-system:kubelet-auth-proxy",
+        &[],
+        Usage::Client,
+    )?;
+    // Who calls, with a certificate and or a bearer token.
+    let no_token: Option<&'static str> = None;
     let identities = [
         (
             "alice (group cluster-admins)",
             Some(ca.issue("alice", "alice", &["cluster-admins"], Usage::Client)?),
+            no_token,
         ),
         (
             "prometheus",
             Some(ca.issue("prometheus", "prometheus", &[], Usage::Client)?),
+            no_token,
         ),
         (
             "system:node:demo-node",
@@ -160,6 +179,7 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
                 &["system:nodes"],
                 Usage::Client,
             )?),
+            no_token,
         ),
         (
             "system:node:other-node",
@@ -169,18 +189,37 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
                 &["system:nodes"],
                 Usage::Client,
             )?),
+            no_token,
         ),
-        ("anonymous (no certificate)", None),
+        ("anonymous (no certificate)", None, no_token),
         (
             "mallory (unknown CA)",
             Some(stranger_ca.issue("mallory", "mallory", &["cluster-admins"], Usage::Client)?),
+            no_token,
         ),
+        ("grafana (bearer token)", None, Some(GRAFANA_TOKEN)),
+        ("a forged bearer token", None, Some("forged-token")),
     ];
     let ca_file = dir.join("ca.crt");
     let policy_file = dir.join("policy.yaml");
     std::fs::write(&policy_file, DEMO_POLICY)?;
 
-    let kubelet = StandInKubelet::start(Some(kubelet_tls(&ca_file, &kubelet_serving)?)).await?;
+    let kubelet = StandInKubelet::start(Some(mutual_tls(&ca_file, &kubelet_serving)?)).await?;
+    let api = StandInApiServer::start(mutual_tls(&ca_file, &apiserver_serving)?).await?;
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: demo\n  cluster:\n    \
+             server: https://{}\n    certificate-authority: {}\nusers:\n- name: proxy\n  \
+             user:\n    client-certificate: {}\n    client-key: {}\ncontexts:\n- name: demo\n  \
+             context: {{cluster: demo, user: proxy}}\ncurrent-context: demo\n",
+            api.addr(),
+            display(&ca_file),
+            display(&proxy_reviewer.cert),
+            display(&proxy_reviewer.key),
+        ),
+    )?;
     let kubelet_addr = kubelet
         .addr()
         .ok_or_else(|| DemoError::Request("the stand-in kubelet has no TCP address".into()))?;
@@ -198,7 +237,9 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
         format!("--tls-private-key-file={}", display(&proxy_serving.key)),
         format!("--client-ca-file={}", display(&ca_file)),
         "--anonymous-auth".into(),
-        "--authorization-mode=Node,Policy".into(),
+        "--authentication-token-webhook".into(),
+        format!("--kubeconfig={}", display(&kubeconfig)),
+        "--authorization-mode=Node,Policy,Webhook".into(),
         format!("--authorization-policy-file={}", display(&policy_file)),
         format!("--node-name={NODE_NAME}"),
     ];
@@ -214,6 +255,10 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
         "  stand-in kubelet  https://{kubelet_addr} (accepts only the proxy's client certificate)"
     );
     println!(
+        "  API server        https://{} (a stand-in: TokenReview, SubjectAccessReview)",
+        api.addr()
+    );
+    println!(
         "  proxy             https://{}  (node {NODE_NAME})",
         proxy.addr()
     );
@@ -227,9 +272,10 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
 
     let callers = identities
         .iter()
-        .map(|(label, issued)| {
+        .map(|(label, issued, token)| {
             Ok(Caller {
                 label,
+                token: *token,
                 tls: client_config(&ca_file, issued.as_ref())?,
             })
         })
@@ -275,6 +321,18 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
             println!("{:<who$} expected {}", "", step.expect.as_u16());
         }
     }
+    let counts = api.counts();
+    println!(
+        "\nThe API server was asked {} TokenReview(s) and {} SubjectAccessReview(s): requests the \
+         local rules did not decide went to the Webhook authorizer, and repeated questions were \
+         answered from the proxy's caches.",
+        counts
+            .token_reviews
+            .load(std::sync::atomic::Ordering::Relaxed),
+        counts
+            .access_reviews
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
     println!();
     let port = proxy.addr().port();
     let cert = |stem: &str| format!("--cert {0}/{stem}.crt --key {0}/{stem}.key", dir.display());
@@ -298,6 +356,10 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
         "  curl --cacert {} https://127.0.0.1:{port}/healthz",
         display(&ca_file)
     );
+    println!(
+        "  curl --cacert {} -H 'Authorization: Bearer {GRAFANA_TOKEN}' https://127.0.0.1:{port}/metrics/resource",
+        display(&ca_file)
+    );
     println!("  curl http://{}/metrics", proxy.admin_addr());
 
     if args.once {
@@ -315,6 +377,7 @@ pub async fn run(args: DemoArgs) -> Result<bool, DemoError> {
     }
     proxy.shutdown().await;
     drop(kubelet);
+    drop(api);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(all_held)
 }

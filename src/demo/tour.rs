@@ -21,6 +21,8 @@ pub struct Caller {
     pub label: &'static str,
     /// TLS client settings, with the caller's certificate if it has one.
     pub tls: Arc<ClientConfig>,
+    /// A bearer token the caller sends, if it has one.
+    pub token: Option<&'static str>,
 }
 
 /// One request of the tour and what should come of it.
@@ -62,6 +64,9 @@ pub async fn send(proxy: SocketAddr, caller: &Caller, step: &Step) -> Result<Ans
         .method(step.method.clone())
         .uri(step.target)
         .header(http::header::HOST, proxy.to_string());
+    if let Some(token) = caller.token {
+        request = request.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
     if step.websocket {
         request = request
             .header(http::header::CONNECTION, "Upgrade")
@@ -98,7 +103,7 @@ pub async fn send(proxy: SocketAddr, caller: &Caller, step: &Step) -> Result<Ans
 }
 
 /// The tour. Caller indices: 0 cluster admin, 1 metrics scraper, 2 this node, 3 another node,
-/// 4 anonymous, 5 a stranger's certificate.
+/// 4 anonymous, 5 a stranger's certificate, 6 a service account's bearer token, 7 a forged one.
 pub fn steps() -> Vec<Step> {
     let step = |caller, method, target, websocket, expect, why| Step {
         caller,
@@ -212,6 +217,38 @@ pub fn steps() -> Vec<Step> {
             false,
             StatusCode::MOVED_PERMANENTLY,
             "unclean paths are redirected, never authorized as written",
+        ),
+        step(
+            6,
+            Method::GET,
+            "/metrics/resource",
+            false,
+            StatusCode::OK,
+            "TokenReview names grafana's service account; SubjectAccessReview allows it",
+        ),
+        step(
+            6,
+            Method::GET,
+            "/metrics/resource",
+            false,
+            StatusCode::OK,
+            "the same again: both answers come from the proxy's caches, no API call",
+        ),
+        step(
+            6,
+            Method::GET,
+            "/pods",
+            false,
+            StatusCode::FORBIDDEN,
+            "no local rule and no RBAC rule grant nodes/pods to the service account",
+        ),
+        step(
+            7,
+            Method::GET,
+            "/metrics",
+            false,
+            StatusCode::UNAUTHORIZED,
+            "TokenReview says the token is not valid",
         ),
     ]
 }

@@ -203,6 +203,21 @@ async fn demo_once_exits_0() {
         .filter(|l| !l.starts_with(' '))
         .collect();
     assert!(rows.len() > 10, "{}", done.stdout);
+    // The token path: a bearer token authenticated by TokenReview and authorized by
+    // SubjectAccessReview at the demo's stand-in API server, and a forged one refused.
+    let token_rows: Vec<&&str> = rows.iter().filter(|r| r.contains("bearer token")).collect();
+    assert!(
+        token_rows.iter().any(|r| r.contains(" 200 "))
+            && token_rows.iter().any(|r| r.contains(" 401 ")),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout
+            .contains("The API server was asked 2 TokenReview(s)"),
+        "{}",
+        done.stdout
+    );
     for row in rows {
         let code = row.get(end - 3..end).unwrap_or_default();
         assert!(
