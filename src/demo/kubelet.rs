@@ -67,7 +67,16 @@ impl StandInKubelet {
     /// Starts on `127.0.0.1:<free port>`, speaking TLS when `tls` is given (its ALPN setting,
     /// if any, is honoured; h2 and HTTP/1.1 are both served either way).
     pub async fn start(tls: Option<Arc<rustls::ServerConfig>>) -> io::Result<StandInKubelet> {
-        let listener = TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+        StandInKubelet::start_at((std::net::Ipv4Addr::LOCALHOST, 0).into(), tls).await
+    }
+
+    /// [`StandInKubelet::start`] on `addr`: `[::1]:0`, say, where a kubelet moved behind the
+    /// proxy listens.
+    pub async fn start_at(
+        addr: SocketAddr,
+        tls: Option<Arc<rustls::ServerConfig>>,
+    ) -> io::Result<StandInKubelet> {
+        let listener = TcpListener::bind(addr).await?;
         let local = Local::Tcp {
             addr: listener.local_addr()?,
             tls: tls.is_some(),

@@ -37,4 +37,5 @@ mod tls_front;
 mod upgrades;
 mod upstream_bounds;
 mod upstream_causes;
+mod walkthrough;
 mod x509;

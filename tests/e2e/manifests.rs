@@ -36,11 +36,11 @@ const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// Where the pod's service account volume (token, cluster CA) is mounted without being declared.
 const SERVICE_ACCOUNT_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-fn file(relative: &str) -> PathBuf {
+pub(crate) fn file(relative: &str) -> PathBuf {
     Path::new(ROOT).join(relative)
 }
 
-fn read(path: &Path) -> String {
+pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
@@ -425,7 +425,7 @@ fn assert_names_every_policy(what: &str, flags: &ProxyFlags) {
 /// The variables of a systemd environment file, parsed as `EnvironmentFile=` does for the forms
 /// used there: comment lines, `KEY=value`, double quotes with `\"`-style escapes and
 /// backslash-newline continuations. Anything else fails rather than being guessed at.
-fn environment_file(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn environment_file(text: &str) -> BTreeMap<String, String> {
     let mut variables = BTreeMap::new();
     let mut chars = text.chars().peekable();
     while let Some(&c) = chars.peek() {
@@ -486,7 +486,7 @@ fn environment_file(text: &str) -> BTreeMap<String, String> {
 }
 
 /// `Key=value` settings of a unit file, in order (comments and section headers left out).
-fn unit_settings(text: &str) -> Vec<(String, String)> {
+pub(crate) fn unit_settings(text: &str) -> Vec<(String, String)> {
     text.lines()
         .map(str::trim)
         .filter(|line| !line.is_empty() && !line.starts_with(['#', ';', '[']))
@@ -553,6 +553,14 @@ fn the_systemd_environment_file_is_a_command_line_the_proxy_starts_with() {
         flags.shutdown_grace_period < stop_timeout,
         "--shutdown-grace-period {:?} is not below TimeoutStopSec {stop_timeout:?}",
         flags.shutdown_grace_period
+    );
+
+    // systemd must wait for the start longer than the proxy waits for a port the kubelet holds.
+    let start_timeout = parse_go_duration(unit_setting(&unit, "TimeoutStartSec")).unwrap();
+    assert!(
+        flags.listen_retry_timeout < start_timeout,
+        "--listen-retry-timeout {:?} is not below TimeoutStartSec {start_timeout:?}",
+        flags.listen_retry_timeout
     );
 
     // The audit log lies in the one directory the unit lets the proxy write.

@@ -161,6 +161,9 @@ pub const TLS12_ONLY: &[&SupportedProtocolVersion] = &[&rustls::version::TLS12];
 pub struct Client {
     config: Arc<ClientConfig>,
     addr: SocketAddr,
+    /// The name the server's certificate is verified for: the address, unless
+    /// [`Client::for_name`] says otherwise.
+    server_name: ServerName<'static>,
     asked: Arc<AtomicBool>,
 }
 
@@ -201,8 +204,16 @@ impl Client {
         Client {
             config: Arc::new(config),
             addr,
+            server_name: ServerName::from(addr.ip()),
             asked,
         }
+    }
+
+    /// Verifies the server's certificate for `name` instead of the address, as a client that
+    /// dials a node by address but knows its name.
+    pub fn for_name(mut self, name: &str) -> Client {
+        self.server_name = ServerName::try_from(name.to_owned()).unwrap();
+        self
     }
 
     /// Whether any server this client connected to asked for a client certificate.
@@ -215,7 +226,7 @@ impl Client {
         within("connecting to the proxy", async {
             let tcp = TcpStream::connect(self.addr).await?;
             let tls = TlsConnector::from(Arc::clone(&self.config))
-                .connect(ServerName::from(self.addr.ip()), tcp)
+                .connect(self.server_name.clone(), tcp)
                 .await?;
             let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
             let peer_certificate = tls
