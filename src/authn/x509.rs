@@ -178,7 +178,7 @@ impl X509Authenticator {
             &ca.anchors,
             intermediates,
             now,
-            webpki::KeyUsage::client_auth(),
+            ClientAuthOrAny,
             None,
             None,
         ) {
@@ -218,6 +218,42 @@ impl X509Authenticator {
             Ok(None) => X509Outcome::NoCertificate,
             Err(e) => X509Outcome::Invalid(e),
         }
+    }
+}
+
+/// DER contents of `anyExtendedKeyUsage` (OID 2.5.29.37.0, RFC 5280 §4.2.1.12).
+const ANY_EKU_OID_DER: &[u8] = &[0x55, 0x1D, 0x25, 0x00];
+/// DER contents of `id-kp-clientAuth` (OID 1.3.6.1.5.5.7.3.2).
+const CLIENT_AUTH_OID_DER: &[u8] = &[0x2B, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02];
+
+/// The extended key usage check of Go's `x509.Certificate.Verify` with
+/// `KeyUsages: []ExtKeyUsage{ExtKeyUsageClientAuth}`, which the kubelet uses: a certificate of the
+/// path passes when it has no EKU extension, lists `clientAuth`, or lists `anyExtendedKeyUsage`.
+/// webpki's own `KeyUsage::client_auth()` refuses the last, which Go accepts (the same check
+/// applies to intermediates in both).
+struct ClientAuthOrAny;
+
+impl webpki::ExtendedKeyUsageValidator for ClientAuthOrAny {
+    fn validate(&self, usages: webpki::KeyPurposeIdIter<'_, '_>) -> Result<(), webpki::Error> {
+        let mut present = Vec::new();
+        for usage in usages {
+            let usage = usage?;
+            if usage == webpki::KeyPurposeId::new(ANY_EKU_OID_DER)
+                || usage == webpki::KeyPurposeId::new(CLIENT_AUTH_OID_DER)
+            {
+                return Ok(());
+            }
+            present.push(usage.to_decoded_oid());
+        }
+        if present.is_empty() {
+            return Ok(());
+        }
+        Err(webpki::Error::RequiredEkuNotFoundContext(
+            webpki::RequiredEkuNotFoundContext {
+                required: webpki::KeyUsage::client_auth(),
+                present,
+            },
+        ))
     }
 }
 

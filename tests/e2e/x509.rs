@@ -252,6 +252,24 @@ async fn x15_a_subject_value_go_cannot_read_is_401_even_with_anonymous() {
 }
 
 #[tokio::test]
+async fn x16_any_extended_key_usage_is_accepted() {
+    let h = proxy().await;
+    let cert = h.ca.issue(&CertSpec::client("bob").usage(Usage::Any));
+    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
+    assert_eq!(
+        seen,
+        identity("bob", "", &["system:authenticated"], cert.leaf())
+    );
+}
+
+#[tokio::test]
+async fn x17_a_ca_certificate_used_as_a_leaf_is_401_where_go_accepts_it() {
+    let h = proxy().await;
+    let cert = h.ca.issue(&CertSpec::client("mallory").ca());
+    assert_unauthorized(&call(&h, Identity::of(&cert)).await, "CA:TRUE leaf");
+}
+
+#[tokio::test]
 async fn valid_certificate_with_wrong_private_key_never_authenticates() {
     let h = proxy().await;
     let cert = h.ca.issue(&CertSpec::client("alice").org("system:masters"));

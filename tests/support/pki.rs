@@ -38,6 +38,8 @@ pub enum Usage {
     ServerAuth,
     /// No extended key usage extension at all (acceptable for any use, as in Go).
     Unrestricted,
+    /// `anyExtendedKeyUsage` only (acceptable for any use, as in Go).
+    Any,
 }
 
 /// When a leaf is valid.
@@ -62,6 +64,8 @@ pub struct CertSpec {
     usage: Usage,
     validity: Validity,
     names: Vec<String>,
+    /// Marked `CA:TRUE` although used as a leaf.
+    ca: bool,
 }
 
 impl CertSpec {
@@ -75,6 +79,7 @@ impl CertSpec {
             usage: Usage::ClientAuth,
             validity: Validity::Current,
             names: Vec::new(),
+            ca: false,
         }
     }
 
@@ -126,6 +131,12 @@ impl CertSpec {
     /// Sets the extended key usage.
     pub fn usage(mut self, usage: Usage) -> CertSpec {
         self.usage = usage;
+        self
+    }
+
+    /// Marks the leaf `CA:TRUE` (basic constraints), as `openssl req -x509` does by default.
+    pub fn ca(mut self) -> CertSpec {
+        self.ca = true;
         self
     }
 
@@ -228,7 +239,11 @@ impl Authority {
             Usage::ClientAuth => vec![ExtendedKeyUsagePurpose::ClientAuth],
             Usage::ServerAuth => vec![ExtendedKeyUsagePurpose::ServerAuth],
             Usage::Unrestricted => Vec::new(),
+            Usage::Any => vec![ExtendedKeyUsagePurpose::Any],
         };
+        if spec.ca {
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        }
         (params.not_before, params.not_after) = match spec.validity {
             Validity::Current => (date_time_ymd(2020, 1, 1), date_time_ymd(2999, 1, 1)),
             Validity::Expired => (date_time_ymd(2000, 1, 1), date_time_ymd(2001, 1, 1)),
