@@ -276,6 +276,9 @@ fn main() -> anyhow::Result<ExitCode> {
                     for warning in &settings.warnings {
                         eprintln!("kubelet-auth-proxy: warning: {warning}");
                     }
+                    for note in &settings.notes {
+                        eprintln!("kubelet-auth-proxy: note: {note}");
+                    }
                     println!(
                         "kubelet-auth-proxy: configuration is valid: serving {} for node {:?}, authorizers {}",
                         settings
@@ -329,6 +332,9 @@ fn main() -> anyhow::Result<ExitCode> {
                 let settings = Settings::load(&cli.flags).await?;
                 for warning in &settings.warnings {
                     tracing::warn!(flag = warning.flag, "{}", warning.message);
+                }
+                for note in &settings.notes {
+                    tracing::info!(flag = note.flag, "{}", note.message);
                 }
                 kubelet_auth_proxy::assemble(settings)
             });

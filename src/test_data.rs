@@ -9,6 +9,10 @@ use serde::de::DeserializeOwned;
 /// The kubelet attribute, RBAC rule and binding subject vectors (see the file's `about`).
 pub(crate) const KUBELET_VECTORS: &str = "kubelet-vectors.json";
 
+/// A cluster's RBAC as `kubectl get clusterrole,clusterrolebinding -o yaml` prints it (see the
+/// file's header).
+pub(crate) const RBAC_DUMP: &str = "rbac-dump.yaml";
+
 /// One `kubeletAttributes` case of [`KUBELET_VECTORS`]: what the kubelet derives for a request.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -29,12 +33,8 @@ pub(crate) struct AttributeCase {
 /// Panics naming the file (and the case) when it cannot be read or a case does not parse; a group
 /// with no cases is a failure too, so an emptied file cannot make the tests pass vacuously.
 pub(crate) fn cases<T: DeserializeOwned>(file: &str, group: &str) -> Vec<T> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(file);
+    let (path, text) = read(file);
     let shown = path.display();
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("test data {shown}: cannot read it: {e}"));
     let all: serde_json::Value =
         serde_json::from_str(&text).unwrap_or_else(|e| panic!("test data {shown}: not JSON: {e}"));
     let rows = all[group]["cases"]
@@ -51,6 +51,21 @@ pub(crate) fn cases<T: DeserializeOwned>(file: &str, group: &str) -> Vec<T> {
                 .unwrap_or_else(|e| panic!("test data {shown}: {group} case {i} ({row}): {e}"))
         })
         .collect()
+}
+
+/// The text of `tests/data/<file>`; panics naming the file when it cannot be read.
+pub(crate) fn text(file: &str) -> String {
+    read(file).1
+}
+
+/// The path and text of `tests/data/<file>`.
+fn read(file: &str) -> (PathBuf, String) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(file);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("test data {}: cannot read it: {e}", path.display()));
+    (path, text)
 }
 
 #[cfg(test)]

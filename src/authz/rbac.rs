@@ -22,7 +22,7 @@ const ALL: &str = "*";
 ///
 /// Unknown fields are rejected so that an operator's typo (`verb:` for `verbs:`) is a load error
 /// rather than a rule that silently grants nothing, or more than intended.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PolicyRule {
     /// Verbs allowed (`get`, `create`, …, or `*`). Case-sensitive.

@@ -172,6 +172,9 @@ pub struct Settings {
     pub reloads: ReloadRegistry,
     /// What works but should be looked at: logged at start, printed by `check-config`.
     pub warnings: Vec<Warning>,
+    /// What is worth knowing but needs no action (rules of a cluster's RBAC dump that concern
+    /// other resources): logged at start, printed by `check-config`; `--strict` ignores them.
+    pub notes: Vec<Warning>,
 }
 
 /// TokenReview settings.
@@ -272,6 +275,7 @@ impl Settings {
     pub async fn check(flags: &ProxyFlags) -> Result<Settings, Vec<ConfigError>> {
         let mut errors = Vec::new();
         let mut warnings = Vec::new();
+        let mut notes = Vec::new();
         let mut reloads = ReloadRegistry::default();
         let token_review = keep(&mut errors, token_review_settings(flags).await);
         // The client CA first: the serving configuration advertises its names, so it reloads
@@ -318,6 +322,7 @@ impl Settings {
                 authorization,
                 flags.anonymous_auth,
                 policy_flag,
+                &mut notes,
             ));
         }
         let audit = keep(&mut errors, audit_settings(flags, &mut warnings));
@@ -363,6 +368,7 @@ impl Settings {
                 audit_require_for_streams: flags.audit_log_require_for_streams,
                 reloads,
                 warnings,
+                notes,
             }),
             _ => Err(errors),
         }

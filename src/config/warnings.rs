@@ -10,7 +10,7 @@ use super::{AuthorizationSettings, AuthorizerSettings};
 use crate::authn::{ANONYMOUS_USER, UNAUTHENTICATED_GROUP, User};
 use crate::authz::Decision;
 use crate::authz::attributes::kubelet_attributes;
-use crate::authz::policy::lint::policy_warnings;
+use crate::authz::policy::lint::lint_policies;
 
 /// One thing about a configuration that an operator should know before serving with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,11 +48,12 @@ const COMMAND_REQUESTS: [&str; 2] = ["/exec/default/pod/container", "/run/defaul
 /// What the authorizer chain lets through that an operator would rarely want, and what can never
 /// match: rules no kubelet request can match, a chain that can never allow, `AlwaysAllow`, and
 /// local rules that let anonymous callers run commands. `policy_flag` is the flag the policies
-/// come from.
+/// come from. The count of rules that concern other resources goes to `notes`.
 pub fn authorization_warnings(
     authorization: &AuthorizationSettings,
     anonymous: bool,
     policy_flag: &'static str,
+    notes: &mut Vec<Warning>,
 ) -> Vec<Warning> {
     const MODE: &str = "--authorization-mode";
     let mut warnings = Vec::new();
@@ -64,12 +65,16 @@ pub fn authorization_warnings(
             _ => None,
         })
         .collect();
-    for warning in policy_warnings(
+    let lint = lint_policies(
         policies.iter().map(|p| &**p),
         &authorization.mapping,
         &authorization.node_name,
-    ) {
+    );
+    for warning in lint.warnings {
         warnings.push(Warning::new(policy_flag, warning.to_string()));
+    }
+    if lint.unlisted.rules > 0 {
+        notes.push(Warning::new(policy_flag, lint.unlisted.to_string()));
     }
     let can_allow = authorization.authorizers.iter().any(|a| match a {
         AuthorizerSettings::AlwaysAllow | AuthorizerSettings::Webhook { .. } => true,

@@ -128,9 +128,7 @@ pub(super) async fn run(decider: &Decider, table: &Path, output: OutputFormat) -
         );
         let explanation = explain(decider, &method, &row.path, &user).await;
         if !warned && output == OutputFormat::Text {
-            for warning in &explanation.warnings {
-                eprintln!("kubelet-auth-proxy: warning: {warning}");
-            }
+            explanation.print_warnings();
             warned = true;
         }
         let result = &explanation.result;

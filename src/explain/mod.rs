@@ -21,7 +21,9 @@ use crate::config::file::Origins;
 use crate::config::flags::ProxyFlags;
 use crate::metrics::Outcome;
 
-pub use crate::authz::policy::lint::{PolicyWarning, policy_warnings, role_warnings};
+pub use crate::authz::policy::lint::{
+    PolicyLint, PolicyWarning, UnlistedRules, lint_policies, role_lint,
+};
 pub use render::{render_json, render_text};
 pub use trace::explain;
 
@@ -183,9 +185,7 @@ pub async fn run(args: &ExplainArgs, origins: &Origins) -> u8 {
     let explanation = explain(&decider, method, path, &args.user()).await;
     let document = match args.output {
         OutputFormat::Text => {
-            for warning in &explanation.warnings {
-                eprintln!("kubelet-auth-proxy: warning: {warning}");
-            }
+            explanation.print_warnings();
             render_text(&explanation)
         }
         OutputFormat::Json => render_json(&explanation) + "\n",
@@ -231,11 +231,24 @@ pub struct Explanation {
     pub attributes: Vec<AttributeTrial>,
     /// What the proxy does in the end.
     pub result: Conclusion,
-    /// Local policy rules that can never match a kubelet request.
+    /// Local policy rules meant for the kubelet that can never match a kubelet request.
     pub warnings: Vec<PolicyWarning>,
+    /// The other rules that can never match (about other resources, or Kubernetes' own roles),
+    /// counted.
+    pub unlisted_rules: UnlistedRules,
 }
 
 impl Explanation {
+    /// Writes the policy warnings, then the count of unlisted rules, to stderr.
+    pub fn print_warnings(&self) {
+        for warning in &self.warnings {
+            eprintln!("kubelet-auth-proxy: warning: {warning}");
+        }
+        if self.unlisted_rules.rules > 0 {
+            eprintln!("kubelet-auth-proxy: note: {}", self.unlisted_rules);
+        }
+    }
+
     /// [`EXIT_ALLOWED`] when forwarded, [`EXIT_ERROR`] on an authorizer error, else
     /// [`EXIT_NOT_ALLOWED`].
     pub fn exit_status(&self) -> u8 {

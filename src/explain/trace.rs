@@ -12,7 +12,7 @@ use super::{
     PathVerdict, RequestInfo, UserInfo,
 };
 use crate::authn::{Authentication, User};
-use crate::authz::policy::lint::policy_warnings;
+use crate::authz::policy::lint::lint_policies;
 use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, Decision};
 use crate::decision::{Decider, Observer, Verdict};
 use crate::metrics::Outcome;
@@ -68,6 +68,11 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
             refused(outcome, response).await
         }
     };
+    let lint = lint_policies(
+        chain.policies().iter().map(|p| &**p),
+        &decider.mapping,
+        &decider.node_name,
+    );
     Explanation {
         api_version: API_VERSION,
         kind: KIND,
@@ -88,11 +93,8 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
         subresources,
         attributes: recorder.trials,
         result,
-        warnings: policy_warnings(
-            chain.policies().iter().map(|p| &**p),
-            &decider.mapping,
-            &decider.node_name,
-        ),
+        warnings: lint.warnings,
+        unlisted_rules: lint.unlisted,
     }
 }
 

@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use crate::support::client::{Client, Reply, empty, request};
 use crate::support::harness::{ProxySpec, Subject, grant};
-use crate::test_data::{AttributeCase, KUBELET_VECTORS, cases};
+use crate::test_data::{AttributeCase, KUBELET_VECTORS, RBAC_DUMP, cases, text};
 
 fn forbidden_body(user: &str, verb: &str, subresources: &str) -> String {
     format!(
@@ -371,4 +371,27 @@ async fn kubelet_attribute_vectors_show_in_403_bodies() {
         }
     }
     assert_eq!(checked, rows.len(), "every vector row is covered");
+}
+
+/// A cluster's RBAC dump, as `kubectl get clusterrole,clusterrolebinding -o yaml` prints it, is
+/// a local policy as it is: the aggregated roles, server-populated fields and bindings without
+/// subjects load, and it answers as RBAC would.
+#[tokio::test]
+async fn a_cluster_rbac_dump_is_a_local_policy_as_it_is() {
+    let h = ProxySpec::new(&["--authorization-mode=Policy"])
+        .policy(&text(RBAC_DUMP))
+        .start()
+        .await;
+    for (name, groups) in [
+        ("alice", &["system:masters"][..]),
+        ("kube-apiserver-kubelet-client", &[][..]),
+    ] {
+        let reply = h.user(name, groups).get("/echo").await;
+        assert_eq!(reply.status, StatusCode::OK, "{name}: {}", reply.text());
+    }
+    // view and admin (aggregated) grant nothing on the kubelet.
+    for (name, group) in [("dev", "dev-team"), ("ops", "platform")] {
+        let reply = h.user(name, &[group]).get("/echo").await;
+        assert_forbidden(&reply, name, "get", "proxy");
+    }
 }

@@ -8,6 +8,7 @@ use crate::support::TempDir;
 use crate::support::client::plain_get;
 use crate::support::pki::{Authority, CertSpec};
 use crate::support::process::{run, run_within};
+use crate::test_data::{RBAC_DUMP, text};
 
 /// Files of a configuration that would start: serving certificate and key, client CA.
 struct Files {
@@ -725,4 +726,51 @@ async fn a_wildcard_listen_address_coexists_with_a_kubelet_on_the_other_loopback
             .unwrap_or_else(|e| panic!("{label}: {reachable}: {e}"));
     }
     drop((kubelet_v6, kubelet_v4));
+}
+
+/// A cluster's RBAC dump as the policy: `check-config` names the one rule meant for the kubelet
+/// that cannot match (kubeadm's `get nodes`) and counts the hundreds of others in one note, which
+/// `--strict` does not count.
+#[tokio::test]
+async fn a_cluster_rbac_dump_gets_one_warning_and_one_note() {
+    let files = files();
+    let dump = files.dir.write("rbac-dump.yaml", text(RBAC_DUMP));
+    let overrides = [
+        "--authorization-mode=Policy".to_owned(),
+        format!("--authorization-policy-file={}", dump.display()),
+    ];
+    let mut args = vec!["check-config".to_owned()];
+    args.extend(command_line(&files, &overrides));
+    let done = run(&files.dir, "dump", &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    let lines: Vec<&str> = done
+        .stderr
+        .lines()
+        .filter(|line| line.starts_with("kubelet-auth-proxy: "))
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", done.stderr);
+    assert!(
+        lines[0].starts_with(&format!(
+            "kubelet-auth-proxy: warning: --authorization-policy-file: {}:",
+            dump.display()
+        )) && lines[0].contains("ClusterRole \"kubeadm:get-nodes\" rules[0]: resource \"nodes\""),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with(
+            "kubelet-auth-proxy: note: --authorization-policy-file: 50 more rule(s) in 16 \
+             ClusterRole(s) can never match a kubelet request"
+        ),
+        "{}",
+        lines[1]
+    );
+    args.push("--strict".to_owned());
+    let done = run(&files.dir, "dump-strict", &args).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("1 warning(s), refused by --strict"),
+        "{}",
+        done.stderr
+    );
 }

@@ -1,11 +1,16 @@
 //! Lint for local policies: rule entries no kubelet request can ever match under the attribute
 //! table in force, named with file, line, role and rule index. Shown by `explain`, and warned
 //! about at start-up and by `check-config`.
+//!
+//! Only rules that look meant for the kubelet are named one by one: a dump of a cluster's RBAC
+//! holds hundreds of rules about other resources, and Kubernetes' own roles, which can never
+//! match a kubelet request and are not the operator's mistakes. Those are counted in one line.
 
 use std::fmt;
 
 use serde::Serialize;
 
+use super::load::BOOTSTRAPPING_LABEL;
 use super::{PolicyAuthorizer, PolicyRole};
 use crate::authz::attributes::{AttributeMapping, kubelet_verbs};
 use crate::authz::rbac::PolicyRule;
@@ -53,21 +58,56 @@ impl fmt::Display for PolicyWarning {
     }
 }
 
-/// Warnings for every rule of every local policy in `policies` that can never match a kubelet
-/// request on `node_name` under `mapping`. `explain`, `check-config` and the server's start-up
-/// all report them.
-pub fn policy_warnings<'a>(
+/// The rules that can never match a kubelet request but are not named one by one: rules about
+/// other resources or non-resource URLs, and the rules of Kubernetes' own roles.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct UnlistedRules {
+    /// Rules that can never match.
+    pub rules: usize,
+    /// The ClusterRoles they belong to.
+    pub roles: usize,
+}
+
+impl fmt::Display for UnlistedRules {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} more rule(s) in {} ClusterRole(s) can never match a kubelet request and are not \
+             listed: they are about other resources or non-resource URLs, or belong to \
+             Kubernetes' own roles ({}: {})",
+            self.rules, self.roles, BOOTSTRAPPING_LABEL.0, BOOTSTRAPPING_LABEL.1
+        )
+    }
+}
+
+/// What the lint found in a set of policies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PolicyLint {
+    /// Rules meant for the kubelet that cannot match, or their dead entries, one by one.
+    pub warnings: Vec<PolicyWarning>,
+    /// The other rules that can never match, counted.
+    pub unlisted: UnlistedRules,
+}
+
+/// The lint of every local policy in `policies` for kubelet requests on `node_name` under
+/// `mapping`. `explain`, `check-config` and the server's start-up all report it.
+pub fn lint_policies<'a>(
     policies: impl IntoIterator<Item = &'a PolicyAuthorizer>,
     mapping: &AttributeMapping,
     node_name: &str,
-) -> Vec<PolicyWarning> {
-    let mut warnings = Vec::new();
+) -> PolicyLint {
+    let mut lint = PolicyLint::default();
     for policy in policies {
         for role in policy.roles() {
-            warnings.extend(role_warnings(&role, mapping, node_name));
+            let (warnings, unlisted) = role_lint(&role, mapping, node_name);
+            lint.warnings.extend(warnings);
+            if unlisted > 0 {
+                lint.unlisted.rules += unlisted;
+                lint.unlisted.roles += 1;
+            }
         }
     }
-    warnings
+    lint
 }
 
 /// What the kubelet ever asks about, from the attribute table in force.
@@ -76,21 +116,35 @@ struct Asked {
     subresources: Vec<&'static str>,
 }
 
-/// Warnings for the rules of one ClusterRole: entries of a rule that no kubelet request can
-/// match under `mapping`, each marked with whether the rule as a whole is dead.
-pub fn role_warnings(
+/// The lint of one ClusterRole: warnings for the entries no kubelet request can match under
+/// `mapping` in the rules that look meant for the kubelet, each marked with whether the rule as
+/// a whole is dead, and the number of other rules that can never match.
+///
+/// A rule looks meant for the kubelet when it names a `nodes/…` resource, `nodes` or a wildcard
+/// resource in the core group, or a path the kubelet serves: such a rule that can never match is warned about in full. In a
+/// rule that can match, only dead `nodes/…` entries are (`nodes/*`, a subresource never asked):
+/// its other entries are for the API server. Kubernetes' own roles are never warned about.
+pub fn role_lint(
     role: &PolicyRole<'_>,
     mapping: &AttributeMapping,
     node_name: &str,
-) -> Vec<PolicyWarning> {
+) -> (Vec<PolicyWarning>, usize) {
     let asked = Asked {
         verbs: kubelet_verbs(),
         subresources: mapping.subresources(),
     };
     let mut warnings = Vec::new();
+    let mut unlisted = 0;
     for (index, rule) in role.rules.iter().enumerate() {
-        let (found, dead) = rule_warnings(rule, &asked, node_name);
-        warnings.extend(found.into_iter().map(|(field, message)| PolicyWarning {
+        let (mut found, dead) = rule_warnings(rule, &asked, node_name);
+        if role.is_default || (dead && !looks_meant_for_the_kubelet(rule)) {
+            unlisted += usize::from(dead);
+            continue;
+        }
+        if !dead {
+            found.retain(|(field, entry, _)| *field == "resources" && entry.starts_with("nodes/"));
+        }
+        warnings.extend(found.into_iter().map(|(field, _, message)| PolicyWarning {
             file: role.source_name.to_owned(),
             line: role.line,
             role: role.name.to_owned(),
@@ -100,22 +154,59 @@ pub fn role_warnings(
             rule_never_matches: dead,
         }));
     }
-    warnings
+    (warnings, unlisted)
 }
 
-/// The dead entries of one rule as `(field, message)`, and whether the whole rule is dead.
-fn rule_warnings(
-    rule: &PolicyRule,
+/// The first path segments the kubelet serves: a non-resource rule naming one of them was
+/// meant for the kubelet.
+const KUBELET_PATHS: [&str; 16] = [
+    "/attach",
+    "/checkpoint",
+    "/configz",
+    "/containerLogs",
+    "/cri",
+    "/debug",
+    "/exec",
+    "/healthz",
+    "/logs",
+    "/metrics",
+    "/pods",
+    "/portForward",
+    "/run",
+    "/runningpods",
+    "/spec",
+    "/stats",
+];
+
+/// Whether a rule names a `nodes/…` resource, `nodes` or a wildcard resource in the core group
+/// (`nodes` in `metrics.k8s.io` is another API), or a path the kubelet serves.
+fn looks_meant_for_the_kubelet(rule: &PolicyRule) -> bool {
+    let core = rule.api_groups.iter().any(|g| g.is_empty() || g == ALL);
+    rule.resources.iter().any(|r| {
+        r.starts_with("nodes/") || (core && (r == "nodes" || r == ALL || r.starts_with("*/")))
+    }) || rule.non_resource_urls.iter().any(|url| {
+        let url = url.trim_end_matches('*');
+        KUBELET_PATHS.iter().any(|path| {
+            url.strip_prefix(path)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        })
+    })
+}
+
+/// The dead entries of one rule as `(field, entry, message)`, and whether the whole rule is
+/// dead.
+fn rule_warnings<'r>(
+    rule: &'r PolicyRule,
     asked: &Asked,
     node_name: &str,
-) -> (Vec<(&'static str, String)>, bool) {
+) -> (Vec<(&'static str, &'r str, String)>, bool) {
     if !rule.non_resource_urls.is_empty() {
         let message = format!(
             "nonResourceURLs {:?} never match: the kubelet only makes resource requests \
              (nodes/<subresource>)",
             rule.non_resource_urls
         );
-        return (vec![("nonResourceURLs", message)], true);
+        return (vec![("nonResourceURLs", "", message)], true);
     }
     let mut found = Vec::new();
     let mut dead = false;
@@ -124,6 +215,7 @@ fn rule_warnings(
     for verb in rule.verbs.iter().filter(|v| !verb_live(v)) {
         found.push((
             "verbs",
+            verb.as_str(),
             format!(
                 "verb {verb:?} is never asked: the kubelet asks only {} (and \"\" for other \
                  methods)",
@@ -137,6 +229,7 @@ fn rule_warnings(
     for group in rule.api_groups.iter().filter(|g| !group_live(g)) {
         found.push((
             "apiGroups",
+            group.as_str(),
             format!(
                 "apiGroup {group:?} never matches: kubelet requests are in the core group \"\""
             ),
@@ -147,7 +240,7 @@ fn rule_warnings(
     let mut any_resource_live = false;
     for resource in &rule.resources {
         match resource_problem(resource, &asked.subresources) {
-            Some(message) => found.push(("resources", message)),
+            Some(message) => found.push(("resources", resource.as_str(), message)),
             None => any_resource_live = true,
         }
     }
@@ -156,6 +249,7 @@ fn rule_warnings(
     if !rule.resource_names.is_empty() && !rule.resource_names.iter().any(|n| n == node_name) {
         found.push((
             "resourceNames",
+            "",
             format!(
                 "resourceNames {:?} do not include this node's name {node_name:?}",
                 rule.resource_names

@@ -1,7 +1,7 @@
 //! Loading a policy: reading files, parsing manifests, validating them as the API server would,
 //! resolving roleRefs and building the subject index. Nothing here runs on the request path.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::{self, Write as _};
 use std::fs::File;
 use std::io::{self, Read as _};
@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use serde_saphyr::Spanned;
 
 use super::PolicyAuthorizer;
+use super::aggregate::{AggregationInput, AggregationRule, aggregate};
 use super::index::{Binding, Candidate, SubjectIndex};
 use crate::authz::Reason;
 use crate::authz::rbac::{GROUP_KIND, PolicyRule, SERVICE_ACCOUNT_KIND, Subject, USER_KIND};
@@ -23,6 +23,10 @@ pub(super) const RBAC_API_GROUP: &str = "rbac.authorization.k8s.io";
 /// The apiVersion of `kind: List`, as `kubectl get -o yaml` writes it.
 pub(super) const LIST_API_VERSION: &str = "v1";
 
+/// The label Kubernetes puts on the roles and bindings it creates itself (bootstrap policy).
+pub(super) const BOOTSTRAPPING_LABEL: (&str, &str) =
+    ("kubernetes.io/bootstrapping", "rbac-defaults");
+
 /// The kinds a policy file may hold, parsed once from a document's `kind`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -30,6 +34,11 @@ enum Kind {
     ClusterRoleBinding,
     /// `kind: List`, as `kubectl get -o yaml` writes several objects.
     List,
+    /// A typed list, as the API server answers a list request (`GET .../clusterroles`): its
+    /// items may leave out `apiVersion` and `kind`.
+    ClusterRoleList,
+    /// The same for ClusterRoleBindings.
+    ClusterRoleBindingList,
 }
 
 impl Kind {
@@ -39,13 +48,35 @@ impl Kind {
             Kind::ClusterRole => "ClusterRole",
             Kind::ClusterRoleBinding => "ClusterRoleBinding",
             Kind::List => "List",
+            Kind::ClusterRoleList => "ClusterRoleList",
+            Kind::ClusterRoleBindingList => "ClusterRoleBindingList",
+        }
+    }
+
+    /// Whether this kind holds `items`.
+    fn is_list(self) -> bool {
+        matches!(
+            self,
+            Kind::List | Kind::ClusterRoleList | Kind::ClusterRoleBindingList
+        )
+    }
+
+    /// The kind of the items of a typed list, which the API server writes without `kind`.
+    fn item_kind(self) -> Option<Kind> {
+        match self {
+            Kind::ClusterRoleList => Some(Kind::ClusterRole),
+            Kind::ClusterRoleBindingList => Some(Kind::ClusterRoleBinding),
+            _ => None,
         }
     }
 
     /// The only apiVersion accepted with it.
     fn api_version(self) -> &'static str {
         match self {
-            Kind::ClusterRole | Kind::ClusterRoleBinding => RBAC_API_VERSION,
+            Kind::ClusterRole
+            | Kind::ClusterRoleBinding
+            | Kind::ClusterRoleList
+            | Kind::ClusterRoleBindingList => RBAC_API_VERSION,
             Kind::List => LIST_API_VERSION,
         }
     }
@@ -53,19 +84,23 @@ impl Kind {
     /// The top-level fields (besides apiVersion, kind and metadata) it may have.
     fn fields(self) -> &'static [&'static str] {
         match self {
-            Kind::ClusterRole => &["rules"],
+            Kind::ClusterRole => &["rules", "aggregationRule"],
             Kind::ClusterRoleBinding => &["subjects", "roleRef"],
-            Kind::List => &["items"],
+            Kind::List | Kind::ClusterRoleList | Kind::ClusterRoleBindingList => &["items"],
         }
     }
 
-    /// The kind a document declares; `in_list` for the items of a List, which cannot nest.
+    /// The kind a document declares; `in_list` for the items of a list, which cannot nest.
     fn parse(kind: &str, in_list: bool) -> Result<Kind, PolicyProblem> {
         match kind {
             "ClusterRole" => Ok(Kind::ClusterRole),
             "ClusterRoleBinding" => Ok(Kind::ClusterRoleBinding),
-            "List" if in_list => Err(PolicyProblem::NestedList),
+            "List" | "ClusterRoleList" | "ClusterRoleBindingList" if in_list => {
+                Err(PolicyProblem::NestedList)
+            }
             "List" => Ok(Kind::List),
+            "ClusterRoleList" => Ok(Kind::ClusterRoleList),
+            "ClusterRoleBindingList" => Ok(Kind::ClusterRoleBindingList),
             "" => Err(PolicyProblem::MissingKind),
             "Role" | "RoleBinding" => Err(PolicyProblem::Namespaced {
                 replacement: if kind == "Role" {
@@ -180,9 +215,22 @@ pub enum PolicyProblem {
     /// A List inside a List.
     #[error("a List inside a List is not supported")]
     NestedList,
-    /// A ClusterRole with `aggregationRule`: its rules come from a controller we do not run.
-    #[error("aggregated ClusterRoles are not supported; list the rules directly")]
-    Aggregated,
+    /// An item of a typed list (`ClusterRoleList`) of another kind.
+    #[error("a {list} holds only {expected} items")]
+    WrongItemKind {
+        /// The list's kind.
+        list: &'static str,
+        /// The kind its items must have.
+        expected: &'static str,
+    },
+    /// An `aggregationRule` selector the clusterrole-aggregation controller could not use.
+    #[error("aggregationRule.clusterRoleSelectors[{index}]: {reason}")]
+    BadSelector {
+        /// Position in `clusterRoleSelectors`.
+        index: usize,
+        /// What is wrong, in `metav1.LabelSelectorAsSelector`'s words.
+        reason: String,
+    },
     /// A rule the API server's validation would reject; most such rules could never match.
     #[error("rules[{index}]: {reason}")]
     InvalidRule {
@@ -276,7 +324,7 @@ impl PolicyAuthorizer {
                     },
                 )?;
             for document in documents {
-                loader.add(source_name, document, false)?;
+                loader.add(source_name, document, None)?;
             }
         }
         loader.finish()
@@ -332,16 +380,19 @@ struct RawObject {
     rules: Option<Vec<PolicyRule>>,
     subjects: Option<Vec<Subject>>,
     role_ref: Option<RoleRef>,
-    aggregation_rule: Option<IgnoredAny>,
+    aggregation_rule: Option<AggregationRule>,
     items: Option<Vec<Spanned<RawObject>>>,
 }
 
-/// Object metadata. Only the name matters; every other field (`labels`, `annotations`, and the
-/// `uid`, `resourceVersion`, … of `kubectl get -o yaml` output) is accepted and ignored.
+/// Object metadata: the name, and the labels aggregation selects by. Every other field
+/// (`annotations`, and the `uid`, `resourceVersion`, `managedFields`, … of a dump) is accepted
+/// and ignored, as RBAC ignores it.
 #[derive(Debug, Default, Deserialize)]
 struct RawMetadata {
     #[serde(default)]
     name: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
 }
 
 /// A ClusterRoleBinding's `roleRef`.
@@ -354,6 +405,17 @@ struct RoleRef {
     kind: String,
     #[serde(default)]
     name: String,
+}
+
+/// A ClusterRole's name and definition site, for tools that inspect a policy.
+#[derive(Debug)]
+pub(super) struct RoleSource {
+    pub(super) name: String,
+    pub(super) origin: Origin,
+    /// Labelled `kubernetes.io/bootstrapping: rbac-defaults`: one of Kubernetes' own roles.
+    pub(super) is_default: bool,
+    /// Its rules were filled in from its `aggregationRule`.
+    pub(super) aggregated: bool,
 }
 
 /// Where an object was defined, for error messages.
@@ -391,37 +453,65 @@ struct PendingBinding {
     origin: Origin,
 }
 
+/// A validated ClusterRole.
+#[derive(Debug)]
+struct PendingRole {
+    name: String,
+    labels: BTreeMap<String, String>,
+    rules: Vec<PolicyRule>,
+    /// The selectors to fill `rules` from: an aggregated role written without rules.
+    fill_from: Option<AggregationRule>,
+    origin: Origin,
+}
+
 /// Collects validated objects across all sources, then resolves and indexes them.
 #[derive(Debug, Default)]
 struct Loader {
-    roles: Vec<Box<[PolicyRule]>>,
-    /// Role name → (index into `roles`, where it was defined).
-    role_names: HashMap<String, (usize, Origin)>,
+    roles: Vec<PendingRole>,
+    /// Role name → index into `roles`.
+    role_names: HashMap<String, usize>,
     bindings: Vec<PendingBinding>,
     /// Binding name → where it was defined.
     binding_names: HashMap<String, Origin>,
 }
 
 impl Loader {
-    /// Validates one document (or List item, `in_list`) and records what it defines.
+    /// Validates one document, or an item of the list of kind `list`, and records what it
+    /// defines.
     fn add(
         &mut self,
         source_name: &str,
         document: Spanned<RawObject>,
-        in_list: bool,
+        list: Option<Kind>,
     ) -> Result<(), PolicyError> {
         let origin = Origin {
             source_name: source_name.to_owned(),
             line: document.referenced.line(),
         };
-        let raw = document.value;
+        let mut raw = document.value;
+        // The API server writes the items of a typed list without apiVersion and kind.
+        let item_kind = list.and_then(Kind::item_kind);
+        if let Some(kind) = item_kind.filter(|_| raw.kind.is_empty()) {
+            raw.kind = kind.name().to_owned();
+            if raw.api_version.is_empty() {
+                raw.api_version = kind.api_version().to_owned();
+            }
+        }
         let object = describe_object(&raw);
         let fail = |problem| Err(origin.invalid(object.clone(), problem));
 
-        let kind = match Kind::parse(&raw.kind, in_list) {
+        let kind = match Kind::parse(&raw.kind, list.is_some()) {
             Ok(kind) => kind,
             Err(problem) => return fail(problem),
         };
+        if let (Some(list), Some(expected)) = (list, item_kind)
+            && kind != expected
+        {
+            return fail(PolicyProblem::WrongItemKind {
+                list: list.name(),
+                expected: expected.name(),
+            });
+        }
         if raw.api_version != kind.api_version() {
             return fail(PolicyProblem::WrongApiVersion {
                 found: raw.api_version,
@@ -430,6 +520,7 @@ impl Loader {
         }
         let present = [
             ("rules", raw.rules.is_some()),
+            ("aggregationRule", raw.aggregation_rule.is_some()),
             ("subjects", raw.subjects.is_some()),
             ("roleRef", raw.role_ref.is_some()),
             ("items", raw.items.is_some()),
@@ -443,20 +534,9 @@ impl Loader {
                 kind: kind.name(),
             });
         }
-        if raw.aggregation_rule.is_some() {
-            return fail(if kind == Kind::ClusterRole {
-                PolicyProblem::Aggregated
-            } else {
-                PolicyProblem::UnexpectedField {
-                    field: "aggregationRule",
-                    kind: kind.name(),
-                }
-            });
-        }
-
-        if kind == Kind::List {
+        if kind.is_list() {
             for item in raw.items.unwrap_or_default() {
-                self.add(source_name, item, true)?;
+                self.add(source_name, item, Some(kind))?;
             }
             return Ok(());
         }
@@ -465,9 +545,9 @@ impl Loader {
             return fail(PolicyProblem::MissingName);
         }
         if kind == Kind::ClusterRole {
-            if let Some((_, first)) = self.role_names.get(&name) {
+            if let Some(&first) = self.role_names.get(&name) {
                 return fail(PolicyProblem::Duplicate {
-                    first: first.to_string(),
+                    first: self.roles[first].origin.to_string(),
                 });
             }
             let rules = raw.rules.unwrap_or_default();
@@ -476,8 +556,22 @@ impl Loader {
                     return fail(PolicyProblem::InvalidRule { index, reason });
                 }
             }
-            self.role_names.insert(name, (self.roles.len(), origin));
-            self.roles.push(rules.into_boxed_slice());
+            if let Some(aggregation) = &raw.aggregation_rule {
+                for (index, selector) in aggregation.cluster_role_selectors.iter().enumerate() {
+                    if let Some(reason) = selector.problem() {
+                        return fail(PolicyProblem::BadSelector { index, reason });
+                    }
+                }
+            }
+            self.role_names.insert(name.clone(), self.roles.len());
+            self.roles.push(PendingRole {
+                name,
+                labels: raw.metadata.labels,
+                // RBAC reads `rules` only; the controller fills them in when they are empty.
+                fill_from: raw.aggregation_rule.filter(|_| rules.is_empty()),
+                rules,
+                origin,
+            });
             return Ok(());
         }
 
@@ -511,12 +605,28 @@ impl Loader {
         Ok(())
     }
 
-    /// Resolves every roleRef, builds the reasons and the subject index.
+    /// Fills in aggregated roles, resolves every roleRef, builds the reasons and the subject
+    /// index.
     fn finish(self) -> Result<PolicyAuthorizer, PolicyError> {
+        let mut rules: Vec<Vec<PolicyRule>> = Vec::with_capacity(self.roles.len());
+        let mut inputs = Vec::with_capacity(self.roles.len());
+        for role in &self.roles {
+            rules.push(role.rules.clone());
+            inputs.push(AggregationInput {
+                name: &role.name,
+                labels: &role.labels,
+                fill_from: role
+                    .fill_from
+                    .as_ref()
+                    .map(|a| a.cluster_role_selectors.as_slice()),
+            });
+        }
+        aggregate(&inputs, &mut rules);
+
         let mut bindings = Vec::with_capacity(self.bindings.len());
         let mut index = SubjectIndex::default();
         for (binding, pending) in self.bindings.into_iter().enumerate() {
-            let Some((role, _)) = self.role_names.get(&pending.role_name) else {
+            let Some(role) = self.role_names.get(&pending.role_name) else {
                 return Err(pending.origin.invalid(
                     describe(Kind::ClusterRoleBinding.name(), &pending.name),
                     PolicyProblem::MissingRole(pending.role_name),
@@ -536,16 +646,20 @@ impl Loader {
                 reasons: reasons.into_boxed_slice(),
             });
         }
-        // Role names are unique, so ordering by index lists each role once, in load order.
-        let mut role_sources: Vec<_> = self.role_names.into_iter().collect();
-        role_sources.sort_unstable_by_key(|(_, (index, _))| *index);
         Ok(PolicyAuthorizer {
-            roles: self.roles,
+            roles: rules.into_iter().map(Vec::into_boxed_slice).collect(),
             bindings,
             index,
-            role_sources: role_sources
+            role_sources: self
+                .roles
                 .into_iter()
-                .map(|(name, (_, origin))| (name, origin))
+                .map(|role| RoleSource {
+                    is_default: role.labels.get(BOOTSTRAPPING_LABEL.0).map(String::as_str)
+                        == Some(BOOTSTRAPPING_LABEL.1),
+                    aggregated: role.fill_from.is_some(),
+                    name: role.name,
+                    origin: role.origin,
+                })
                 .collect(),
         })
     }
@@ -614,6 +728,8 @@ fn describe_object(raw: &RawObject) -> String {
         Kind::ClusterRole.name(),
         Kind::ClusterRoleBinding.name(),
         Kind::List.name(),
+        Kind::ClusterRoleList.name(),
+        Kind::ClusterRoleBindingList.name(),
         "Role",
         "RoleBinding",
     ];

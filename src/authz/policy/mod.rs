@@ -2,6 +2,7 @@
 //! like the API server's RBAC authorizer, so kubelet access rules hold while the API server is down.
 //! Manifests are validated and indexed by subject once at load; a request only visits its bindings.
 
+mod aggregate;
 mod index;
 pub mod lint;
 mod load;
@@ -9,7 +10,7 @@ mod load;
 use super::rbac::{PolicyRule, RuleRequest, rule_allows};
 use super::{Attributes, Decision, RESOURCE, Reason};
 use index::{Binding, Candidate, SubjectIndex};
-use load::Origin;
+use load::RoleSource;
 
 pub use load::{MAX_POLICY_FILE_BYTES, PolicyError, PolicyProblem};
 
@@ -48,7 +49,7 @@ pub struct PolicyAuthorizer {
     /// (`explain`'s policy warnings), never on the request path.
     ///
     /// [`roles`]: PolicyAuthorizer::roles
-    role_sources: Vec<(String, Origin)>,
+    role_sources: Vec<RoleSource>,
 }
 
 /// One ClusterRole of a loaded policy as written, for tools that inspect a policy (`explain`'s
@@ -61,8 +62,14 @@ pub struct PolicyRole<'a> {
     pub source_name: &'a str,
     /// The 1-based line where its manifest starts.
     pub line: u64,
-    /// Its rules, in order (`rules[i]`).
+    /// Its rules, in order (`rules[i]`); for an aggregated role written without rules, those
+    /// aggregation filled in.
     pub rules: &'a [PolicyRule],
+    /// One of Kubernetes' own roles (labelled `kubernetes.io/bootstrapping: rbac-defaults`), as
+    /// found in a dump of a cluster's RBAC: its rules are not the operator's to fix.
+    pub is_default: bool,
+    /// Its rules were filled in from its `aggregationRule`.
+    pub aggregated: bool,
 }
 
 impl PolicyAuthorizer {
@@ -81,11 +88,13 @@ impl PolicyAuthorizer {
         self.roles
             .iter()
             .zip(&self.role_sources)
-            .map(|(rules, (name, origin))| PolicyRole {
-                name,
-                source_name: &origin.source_name,
-                line: origin.line,
+            .map(|(rules, source)| PolicyRole {
+                name: &source.name,
+                source_name: &source.origin.source_name,
+                line: source.origin.line,
                 rules,
+                is_default: source.is_default,
+                aggregated: source.aggregated,
             })
     }
 
@@ -139,5 +148,7 @@ impl PolicyAuthorizer {
     }
 }
 
+#[cfg(test)]
+mod dump_tests;
 #[cfg(test)]
 mod tests;

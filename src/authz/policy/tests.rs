@@ -523,9 +523,29 @@ fn manifest_errors_name_file_line_object_and_problem() {
             ),
             (format!("{rbac}\nkind: ClusterRole\nmetadata: {{labels: {{a: b}}}}\n"), "ClusterRole", PolicyProblem::MissingName),
             (
-                format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: agg}}\naggregationRule:\n  clusterRoleSelectors:\n  - matchLabels: {{a: b}}\nrules: []\n"),
+                format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: agg}}\naggregationRule:\n  clusterRoleSelectors:\n  - matchLabels: {{a: b}}\n  - matchExpressions: [{{key: a, operator: In}}]\n"),
                 "ClusterRole \"agg\"",
-                PolicyProblem::Aggregated,
+                PolicyProblem::BadSelector { index: 1, reason: "matchExpressions[0]: for 'In', 'NotIn' operators, values set can't be empty".into() },
+            ),
+            (
+                format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: agg}}\naggregationRule:\n  clusterRoleSelectors:\n  - matchExpressions: [{{key: a, operator: Exists, values: [b]}}]\n"),
+                "ClusterRole \"agg\"",
+                PolicyProblem::BadSelector { index: 0, reason: "matchExpressions[0]: values set must be empty for exists and does not exist".into() },
+            ),
+            (
+                format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: agg}}\naggregationRule:\n  clusterRoleSelectors:\n  - matchExpressions: [{{key: a, operator: in, values: [b]}}]\n"),
+                "ClusterRole \"agg\"",
+                PolicyProblem::BadSelector { index: 0, reason: "matchExpressions[0]: \"in\" is not a valid label selector operator (In, NotIn, Exists, DoesNotExist)".into() },
+            ),
+            (
+                format!("{rbac}\nkind: ClusterRoleList\nitems:\n- metadata: {{name: b}}\n  {role_ref}\n"),
+                "ClusterRole \"b\"",
+                PolicyProblem::UnexpectedField { field: "roleRef", kind: "ClusterRole" },
+            ),
+            (
+                format!("{rbac}\nkind: ClusterRoleBindingList\nitems:\n- {{apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {{name: r}}}}\n"),
+                "ClusterRole \"r\"",
+                PolicyProblem::WrongItemKind { list: "ClusterRoleBindingList", expected: "ClusterRoleBinding" },
             ),
             (
                 format!("{rbac}\nkind: ClusterRole\nmetadata: {{name: r}}\nrules:\n- {{verbs: [get], apiGroups: [\"\"], resources: [nodes/stats]}}\n- {{verbs: [get], resources: [nodes/proxy]}}\n"),
@@ -603,11 +623,8 @@ fn manifest_errors_name_file_line_object_and_problem() {
         let source = format!("{METRICS_READER}---\n{text}");
         let (problem, message) = invalid(policy(&[("cfg/p.yaml", &source)]));
         assert_eq!(problem, want, "{text}");
-        let line = if object == "List" && want == PolicyProblem::NestedList {
-            14
-        } else {
-            11
-        };
+        // Problems with a list's item are reported at the item.
+        let line = if text.contains("items:\n-") { 14 } else { 11 };
         let prefix = format!("cfg/p.yaml:{line}: {object}: {want}");
         assert_eq!(message, prefix, "{text}");
     }
