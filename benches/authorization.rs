@@ -204,6 +204,8 @@ fn attributes<'a>(
     Attributes {
         user,
         verb,
+        namespace: "",
+        resource: "nodes",
         subresource,
         name: NODE,
         path,
@@ -353,7 +355,7 @@ fn allowed() -> Decision {
 fn whole_request(c: &mut Criterion) {
     let fixture = &*FIXTURE;
     let chain = AuthorizerChain::new(vec![
-        Authorizer::Node(NodeAuthorizer),
+        Authorizer::Node(NodeAuthorizer::new(NODE.into())),
         Authorizer::Policy(Arc::clone(&fixture.policy)),
     ]);
     let other_node = User {
@@ -388,7 +390,7 @@ fn whole_request(c: &mut Criterion) {
     for (name, user, path, expected) in cases {
         let request = kubelet_attributes(&mapping, &Method::GET, path);
         let outcome = match runtime.block_on(authorize_request(
-            &chain, &request, user, NODE, path, Unobserved,
+            &chain, &request, None, user, NODE, path, Unobserved,
         )) {
             RequestDecision::Allowed { .. } => "allowed",
             RequestDecision::Forbidden { .. } => "forbidden",
@@ -400,6 +402,7 @@ fn whole_request(c: &mut Criterion) {
                 authorize_request(
                     &chain,
                     black_box(&request),
+                    None,
                     user,
                     NODE,
                     black_box(path),

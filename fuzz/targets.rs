@@ -18,6 +18,7 @@ use kubelet_auth_proxy::authn::x509::{
 };
 use kubelet_auth_proxy::authn::{ANONYMOUS_USER, AUTHENTICATED_GROUP, UNAUTHENTICATED_GROUP, User};
 use kubelet_auth_proxy::authz::attributes::{AttributeMapping, kubelet_attributes};
+use kubelet_auth_proxy::authz::pod_attributes::pod_attributes;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
 use kubelet_auth_proxy::authz::webhook::decision_from_review;
 use kubelet_auth_proxy::authz::{Attributes, Decision};
@@ -111,6 +112,25 @@ fn assert_canonical_decoded(raw: &str, decoded: &str) {
 
 fn check_attributes(decoded: &str) {
     let user = User::anonymous();
+    // The pod-level attributes name exactly the namespace and pod of the path's second and third
+    // segments, and are asked on pods/<subresource> only.
+    for method in methods() {
+        if let Some(pod) = pod_attributes(&method, decoded) {
+            let segments: Vec<&str> = decoded.split('/').collect();
+            assert_eq!(
+                (segments[2], segments[3]),
+                (pod.namespace, pod.pod),
+                "{decoded:?}"
+            );
+            let attrs = pod.attributes(&user, decoded);
+            assert_eq!(
+                (attrs.resource, attrs.name),
+                ("pods", pod.pod),
+                "{decoded:?}"
+            );
+            assert!(matches!(pod.verb, "get" | "create"), "{decoded:?}");
+        }
+    }
     for fine_grained in [false, true] {
         for standalone_statusz_flagz in [false, true] {
             for exec_requires_create in [false, true] {
@@ -118,6 +138,7 @@ fn check_attributes(decoded: &str) {
                     fine_grained,
                     standalone_statusz_flagz,
                     exec_requires_create,
+                    pod_scoped: false,
                 };
                 for method in methods() {
                     let attributes = kubelet_attributes(&mapping, &method, decoded);
@@ -186,6 +207,8 @@ pub fn rbac_manifest(data: &[u8]) {
                 let attrs = Attributes {
                     user,
                     verb,
+                    namespace: "",
+                    resource: "nodes",
                     subresource,
                     name: "node-1",
                     path: "/stats/summary",

@@ -167,12 +167,15 @@ fn decider(
     reloads: &mut ReloadRegistry,
     metrics: &Arc<Metrics>,
 ) -> Result<Decider, ConfigError> {
+    let node_name: Arc<str> = Arc::from(settings.node_name);
     let mut chain = Vec::with_capacity(settings.authorizers.len());
     for authorizer in settings.authorizers {
         chain.push(match authorizer {
             AuthorizerSettings::AlwaysAllow => Authorizer::AlwaysAllow,
             AuthorizerSettings::AlwaysDeny => Authorizer::AlwaysDeny,
-            AuthorizerSettings::Node => Authorizer::Node(NodeAuthorizer),
+            AuthorizerSettings::Node => {
+                Authorizer::Node(NodeAuthorizer::new(Arc::clone(&node_name)))
+            }
             AuthorizerSettings::Policy(policy) => Authorizer::Policy(policy),
             AuthorizerSettings::Webhook { spec, apiserver } => {
                 let client = clients.get(*apiserver, reloads);
@@ -189,7 +192,7 @@ fn decider(
     Ok(Decider {
         authorizers: AuthorizerChain::new(chain),
         mapping: settings.mapping,
-        node_name: Arc::from(settings.node_name),
+        node_name,
     })
 }
 

@@ -3,7 +3,8 @@
 //! 1. the path gate: not canonical → 301 to the cleaned path (query kept), unusable → 400, both
 //!    before authentication, as the kubelet's Go router answers;
 //! 2. the authentication outcome → 401;
-//! 3. the verb and the ordered `nodes/<subresource>` attribute sets;
+//! 3. the verb and the ordered `nodes/<subresource>` attribute sets, then, with
+//!    `--pod-scoped-authz`, the pod-level set of a container path (`pods/exec`, … on that pod);
 //! 4. the kubelet's loop over those sets through the authorizer chain → 403 or 500.
 //!
 //! [`Decider::decide`] yields a [`Verdict`]; an [`Observer`] sees each step (a no-op on the request
@@ -16,11 +17,13 @@ use std::sync::Arc;
 
 use http::Method;
 
-use crate::audit::Authorization as AuditAuthorization;
+use crate::audit::{Authorization as AuditAuthorization, ObjectRef};
 use crate::authn::{Authentication, User};
 use crate::authz::attributes::{AttributeMapping, KubeletAttributes, Subresources};
 use crate::authz::attributes::{kubelet_attributes, verb_for_method};
+use crate::authz::pod_attributes::{PodAttributes, pod_attributes};
 use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, Decision, Reason};
+use crate::authz::{POD_RESOURCE, RESOURCE};
 use crate::canonical_path::{PathCheck, PathError, check_path};
 use crate::metrics::Outcome;
 use crate::proxy::Busy;
@@ -115,8 +118,35 @@ pub struct Judgement {
     pub user: Arc<User>,
     /// The verb and the subresources that were to be tried.
     pub attributes: KubeletAttributes,
+    /// The pod-level set tried after them (`--pod-scoped-authz` and a container path), as its
+    /// label and the pod it names.
+    pub pod: Option<PodTarget>,
     /// The outcome of the kubelet's loop.
     pub decision: RequestDecision,
+}
+
+/// The pod a pod-level attribute set named, kept for audit (`objectRef`) and `explain`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodTarget {
+    /// `pods/<subresource>`, the label the set's decision carries.
+    pub label: &'static str,
+    /// The verb the set was asked with.
+    pub verb: &'static str,
+    /// The pod's namespace, from the path.
+    pub namespace: Arc<str>,
+    /// The pod's name, from the path.
+    pub name: Arc<str>,
+}
+
+impl From<PodAttributes<'_>> for PodTarget {
+    fn from(pod: PodAttributes<'_>) -> PodTarget {
+        PodTarget {
+            label: pod.label,
+            verb: pod.verb,
+            namespace: Arc::from(pod.namespace),
+            name: Arc::from(pod.pod),
+        }
+    }
 }
 
 /// The outcome of the kubelet's loop over a request's attribute sets.
@@ -124,7 +154,8 @@ pub struct Judgement {
 pub enum RequestDecision {
     /// Allowed on `subresource` by `authorizer` for `reason`.
     Allowed {
-        /// The subresource whose attributes were allowed.
+        /// The subresource whose attributes were allowed: a kubelet set's bare name (`proxy`),
+        /// or the pod-level set's label (`pods/exec`).
         subresource: &'static str,
         /// The authorizer that allowed.
         authorizer: &'static str,
@@ -182,9 +213,15 @@ impl Decider {
             }
         };
         let attributes = kubelet_attributes(&self.mapping, method, &decoded);
+        let pod = if self.mapping.pod_scoped {
+            pod_attributes(method, &decoded)
+        } else {
+            None
+        };
         let decision = authorize_request(
             &self.authorizers,
             &attributes,
+            pod,
             &user,
             &self.node_name,
             &decoded,
@@ -194,6 +231,7 @@ impl Decider {
         Verdict::Authorized(Judgement {
             user,
             attributes,
+            pod: pod.map(PodTarget::from),
             decision,
         })
     }
@@ -201,10 +239,13 @@ impl Decider {
 
 /// The kubelet's authorization loop (kubernetes v1.33 `pkg/kubelet/server/server.go`
 /// `InstallAuthFilter`): each attribute set in order; only `Allow` stops it, `Deny` and
-/// `NoOpinion` both move on to the next set, and an error ends it at once.
+/// `NoOpinion` both move on to the next set, and an error ends it at once. The pod-level set
+/// (`pod`), when there is one, comes last, so it can only add access to the pod in the path:
+/// a node-level answer is reached exactly as without it.
 pub async fn authorize_request(
     chain: &AuthorizerChain,
     request: &KubeletAttributes,
+    pod: Option<PodAttributes<'_>>,
     user: &User,
     node_name: &str,
     path: &str,
@@ -212,7 +253,9 @@ pub async fn authorize_request(
 ) -> RequestDecision {
     let mut reason = Reason::Static("no attributes");
     let names = request.subresources.iter();
-    for (subresource, attrs) in names.zip(request.attributes(user, node_name, path)) {
+    let node_sets = names.zip(request.attributes(user, node_name, path));
+    let pod_set = pod.map(|pod| (pod.label, pod.attributes(user, path)));
+    for (subresource, attrs) in node_sets.chain(pod_set) {
         let result = chain
             .authorize_observed(&attrs, |authorizer, answer| {
                 observer.answered(subresource, authorizer, answer);
@@ -382,6 +425,31 @@ impl Verdict {
         }
     }
 
+    /// The audit `objectRef`: the pod when the pod-level set allowed (or failed), else the Node
+    /// `node_name` with [`Verdict::subresource`]; `None` before the path was mapped.
+    pub fn object_ref(&self, node_name: &Arc<str>) -> Option<ObjectRef> {
+        let subresource = self.subresource();
+        if subresource.is_empty() {
+            return None;
+        }
+        if let Verdict::Authorized(Judgement { pod: Some(pod), .. }) = self
+            && pod.label == subresource
+        {
+            return Some(ObjectRef {
+                resource: POD_RESOURCE,
+                namespace: Some(Arc::clone(&pod.namespace)),
+                subresource: pod.label.strip_prefix("pods/").unwrap_or(pod.label),
+                name: Arc::clone(&pod.name),
+            });
+        }
+        Some(ObjectRef {
+            resource: RESOURCE,
+            namespace: None,
+            subresource,
+            name: Arc::clone(node_name),
+        })
+    }
+
     /// The authenticated caller, if authentication was reached and succeeded.
     pub fn user(&self) -> Option<&Arc<User>> {
         match self {
@@ -393,3 +461,6 @@ impl Verdict {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod pod_tests;

@@ -531,6 +531,8 @@ struct Handled {
     subresource: &'static str,
     /// The Kubernetes verb; for requests refused before mapping, the method's.
     verb: &'static str,
+    /// The audit `objectRef`: the Node, or the pod a pod-level set allowed.
+    object_ref: Option<ObjectRef>,
     user: Option<Arc<User>>,
     authorization: Option<AuditAuthorization>,
 }
@@ -642,10 +644,7 @@ impl Pipeline {
             user: handled.user.clone(),
             source_ip: peer.ip(),
             user_agent: start.user_agent,
-            object_ref: (!handled.subresource.is_empty()).then(|| ObjectRef {
-                subresource: handled.subresource,
-                name: Arc::clone(&self.decider.node_name),
-            }),
+            object_ref: handled.object_ref.take(),
             response_code: handled.response.status().as_u16(),
             request_received: start.received,
             stage_timestamp: SystemTime::now(),
@@ -684,6 +683,7 @@ impl Pipeline {
             .await;
         log_verdict(&verdict, peer, &req, &self.authenticator);
         let subresource = verdict.subresource();
+        let object_ref = verdict.object_ref(&self.decider.node_name);
         let verb = verdict.verb(req.method());
         let authorization = verdict.audit();
         let refusal = match verdict.refusal() {
@@ -710,6 +710,7 @@ impl Pipeline {
             outcome,
             subresource,
             verb,
+            object_ref,
             user: verdict.user().cloned(),
             authorization,
         }
@@ -777,6 +778,7 @@ fn log_verdict(
         Verdict::Authorized(Judgement {
             user,
             attributes,
+            pod,
             decision,
         }) => {
             if user.name == crate::authn::ANONYMOUS_USER && ignored_token() {
@@ -799,7 +801,8 @@ fn log_verdict(
                 }
                 RequestDecision::Forbidden { reason } => {
                     let subresources = &attributes.subresources;
-                    debug!(%user, verb, path, %subresources, %reason, "forbidden");
+                    let pod = pod.as_ref().map(|pod| pod.label);
+                    debug!(%user, verb, path, %subresources, pod, %reason, "forbidden");
                 }
             }
         }

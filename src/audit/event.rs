@@ -62,12 +62,17 @@ impl Stage {
     }
 }
 
-/// The object a request touched: always the proxy's Node, `nodes/<subresource>` in `v1`.
+/// The object a request touched, in `v1`: the proxy's Node, `nodes/<subresource>`, or the pod a
+/// pod-level attribute set allowed (`--pod-scoped-authz`), `pods/<subresource>` in its namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectRef {
+    /// `nodes` or `pods`.
+    pub resource: &'static str,
+    /// The pod's namespace; `None` for the Node.
+    pub namespace: Option<Arc<str>>,
     /// The subresource that was authorized, or the first one asked for when none was.
     pub subresource: &'static str,
-    /// The Node name (`--node-name`), shared so the request path never copies it.
+    /// The Node name (`--node-name`) or the pod's, shared so the request path never copies it.
     pub name: Arc<str>,
 }
 

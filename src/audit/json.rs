@@ -12,7 +12,7 @@ use serde::{Serialize, Serializer};
 use super::event::{AuditEvent, AuditId, Authorization, ObjectRef};
 use super::utc;
 use crate::authn::User;
-use crate::authz::{API_VERSION, RESOURCE};
+use crate::authz::API_VERSION;
 
 /// kube-apiserver truncates longer User-Agent values to this many bytes and marks them.
 pub(super) const MAX_USER_AGENT: usize = 1024;
@@ -166,8 +166,11 @@ impl Serialize for UserAgent<'_> {
 impl Serialize for ObjectRef {
     /// Go's `audit/v1.ObjectReference` field order; empty fields omitted.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut object = serializer.serialize_struct("ObjectReference", 4)?;
-        object.serialize_field("resource", RESOURCE)?;
+        let mut object = serializer.serialize_struct("ObjectReference", 5)?;
+        object.serialize_field("resource", self.resource)?;
+        if let Some(namespace) = self.namespace.as_deref().filter(|n| !n.is_empty()) {
+            object.serialize_field("namespace", namespace)?;
+        }
         if !self.name.is_empty() {
             object.serialize_field("name", &*self.name)?;
         }

@@ -79,6 +79,8 @@ fn sample(uri: &str) -> AuditEvent {
         source_ip: IpAddr::V4(Ipv4Addr::new(10, 0, 0, 7)),
         user_agent: Some(HeaderValue::from_static("kubectl/v1.34.0 (linux/amd64)")),
         object_ref: Some(ObjectRef {
+            resource: "nodes",
+            namespace: None,
             subresource: "proxy",
             name: Arc::from("node-1"),
         }),

@@ -10,7 +10,7 @@ use std::slice;
 use http::Method;
 
 use crate::authn::User;
-use crate::authz::Attributes;
+use crate::authz::{Attributes, RESOURCE};
 
 /// The Kubernetes verb for an HTTP method, compared exactly as the kubelet does.
 ///
@@ -156,6 +156,11 @@ pub struct AttributeMapping {
     /// so `get nodes/proxy`, a read permission, would be enough to run commands in any container.
     /// Off reproduces the kubelet exactly.
     pub exec_requires_create: bool,
+    /// After the kubelet's own sets, also ask about the pod a container path names, with the
+    /// attributes the API server checks for the same operation (`get pods/log`,
+    /// `create pods/exec`, … in the pod's namespace): see [`super::pod_attributes`]. Off by
+    /// default: it lets namespace-scoped grants (`edit`, `admin`) reach the kubelet.
+    pub pod_scoped: bool,
 }
 
 impl Default for AttributeMapping {
@@ -166,6 +171,7 @@ impl Default for AttributeMapping {
             fine_grained: true,
             standalone_statusz_flagz: false,
             exec_requires_create: true,
+            pod_scoped: false,
         }
     }
 }
@@ -273,6 +279,8 @@ impl KubeletAttributes {
         self.subresources.iter().map(move |subresource| Attributes {
             user,
             verb: self.verb,
+            namespace: "",
+            resource: RESOURCE,
             subresource,
             name: node_name,
             path,
@@ -355,6 +363,7 @@ mod tests {
             fine_grained,
             standalone_statusz_flagz,
             exec_requires_create: false,
+            pod_scoped: false,
         }
     }
 

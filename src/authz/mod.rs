@@ -9,6 +9,7 @@
 
 pub mod attributes;
 pub mod node;
+pub mod pod_attributes;
 pub mod policy;
 pub mod rbac;
 pub mod webhook;
@@ -24,22 +25,30 @@ use webhook::SubjectAccessReviewAuthorizer;
 
 /// The resource every kubelet attribute names.
 pub const RESOURCE: &str = "nodes";
+/// The resource of the pod-level attributes (`--pod-scoped-authz`).
+pub const POD_RESOURCE: &str = "pods";
 /// The API version every kubelet attribute carries.
 pub const API_VERSION: &str = "v1";
 
 /// The authorizer attributes of one kubelet request for one subresource, borrowed from the request.
 ///
-/// The remaining Kubernetes fields are constant for the kubelet: namespace `""`, apiGroup `""`,
-/// apiVersion [`API_VERSION`], resource [`RESOURCE`], resourceRequest `true`.
+/// The kubelet's own sets are `nodes/<subresource>` on the Node, namespace `""`; the pod-level set
+/// of `--pod-scoped-authz` is `pods/<subresource>` on the pod, in its namespace. The remaining
+/// Kubernetes fields are constant: apiGroup `""`, apiVersion [`API_VERSION`], resourceRequest
+/// `true`.
 #[derive(Debug, Clone, Copy)]
 pub struct Attributes<'a> {
     /// The authenticated caller.
     pub user: &'a User,
     /// `get`, `create`, …; empty for methods the kubelet does not map (HEAD, OPTIONS, …).
     pub verb: &'a str,
-    /// `proxy`, `stats`, `pods`, …
+    /// `""` for the kubelet's sets; the pod's namespace for the pod-level set.
+    pub namespace: &'a str,
+    /// [`RESOURCE`] (`nodes`) or [`POD_RESOURCE`] (`pods`).
+    pub resource: &'static str,
+    /// `proxy`, `stats`, `pods`, …; `exec`, `log`, … for the pod-level set.
     pub subresource: &'a str,
-    /// The Node name of the kubelet behind the proxy (`--node-name`).
+    /// The Node name of the kubelet behind the proxy (`--node-name`), or the pod's name.
     pub name: &'a str,
     /// The percent-decoded request path.
     pub path: &'a str,

@@ -10,7 +10,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 
-use super::{API_VERSION, Attributes, AuthorizationError, Decision, RESOURCE, Reason};
+use super::{API_VERSION, Attributes, AuthorizationError, Decision, Reason};
 use crate::apiserver::ApiServerClient;
 use crate::cache::{KeyHasher, ReviewCache};
 use crate::config::authorization::FailurePolicy;
@@ -75,7 +75,8 @@ impl SubjectAccessReviewAuthorizer {
     pub async fn authorize(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
         let attribute_bytes = attrs.verb.len()
             + API_VERSION.len()
-            + RESOURCE.len()
+            + attrs.namespace.len()
+            + attrs.resource.len()
             + attrs.subresource.len()
             + attrs.name.len()
             + attrs.path.len();
@@ -120,15 +121,18 @@ pub fn decision_from_review(
 /// The spec the kubelet sends (k8s.io/apiserver v0.33 `plugin/pkg/authorizer/webhook/webhook.go`
 /// `Authorize`): empty verb, namespace and group omitted, version
 /// `v1`, resource `nodes`, the subresource and node name; the user's name, uid, groups and extra
-/// as authenticated (empty ones omitted, as Go's `omitempty` does).
+/// as authenticated (empty ones omitted, as Go's `omitempty` does). The pod-level set has the
+/// pod's namespace, resource `pods` and the pod's name, as the API server's own check of the same
+/// operation.
 pub fn review_spec(attrs: &Attributes<'_>) -> SubjectAccessReviewSpec {
     let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
     let user = attrs.user;
     SubjectAccessReviewSpec {
         resource_attributes: Some(ResourceAttributes {
+            namespace: non_empty(attrs.namespace),
             verb: non_empty(attrs.verb),
             version: Some(API_VERSION.to_owned()),
-            resource: Some(RESOURCE.to_owned()),
+            resource: Some(attrs.resource.to_owned()),
             subresource: non_empty(attrs.subresource),
             name: non_empty(attrs.name),
             ..ResourceAttributes::default()
@@ -147,12 +151,14 @@ pub fn review_spec(attrs: &Attributes<'_>) -> SubjectAccessReviewSpec {
 }
 
 /// The cache key of the review of `attrs`: everything the spec is made of, so equal keys mean
-/// equal reviews; any difference in verb, subresource, name, user, uid, group order or extra is a
-/// different entry, as in the kubelet.
+/// equal reviews; any difference in verb, namespace, resource, subresource, name, user, uid, group
+/// order or extra is a different entry, as in the kubelet.
 pub fn review_cache_key(attrs: &Attributes<'_>) -> crate::cache::CacheKey {
     let user = attrs.user;
     let mut key = KeyHasher::sha256();
     key.field(attrs.verb.as_bytes())
+        .field(attrs.namespace.as_bytes())
+        .field(attrs.resource.as_bytes())
         .field(attrs.subresource.as_bytes())
         .field(attrs.name.as_bytes())
         .field(user.name.as_bytes())
@@ -181,6 +187,8 @@ mod tests {
         Attributes {
             user,
             verb,
+            namespace: "",
+            resource: "nodes",
             subresource,
             name: "worker-1",
             path: "/pods",
@@ -227,6 +235,21 @@ mod tests {
                 "groups": ["system:unauthenticated"]
             })
         );
+        let pod = Attributes {
+            namespace: "team-a",
+            resource: "pods",
+            subresource: "exec",
+            name: "web-0",
+            verb: "create",
+            ..attrs(&anonymous, "", "")
+        };
+        assert_eq!(
+            serde_json::to_value(review_spec(&pod)).unwrap()["resourceAttributes"],
+            serde_json::json!({
+                "namespace": "team-a", "verb": "create", "version": "v1", "resource": "pods",
+                "subresource": "exec", "name": "web-0"
+            })
+        );
     }
 
     #[test]
@@ -252,6 +275,20 @@ mod tests {
             ("group order", key(&swapped, "get", "pods")),
             ("uid", key(&other_uid, "get", "pods")),
             ("extra", key(&other_extra, "get", "pods")),
+            (
+                "namespace",
+                review_cache_key(&Attributes {
+                    namespace: "team-a",
+                    ..attrs(&base, "get", "pods")
+                }),
+            ),
+            (
+                "resource",
+                review_cache_key(&Attributes {
+                    resource: "pods",
+                    ..attrs(&base, "get", "pods")
+                }),
+            ),
         ] {
             assert_ne!(reference, other, "{what} must change the key");
         }

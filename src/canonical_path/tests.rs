@@ -203,6 +203,7 @@ fn all_mappings() -> Vec<AttributeMapping> {
             fine_grained: bits & 1 != 0,
             standalone_statusz_flagz: bits & 2 != 0,
             exec_requires_create: bits & 4 != 0,
+            pod_scoped: false,
         });
     }
     mappings

@@ -203,6 +203,14 @@ pub struct ProxyFlags {
           require_equals = true, default_missing_value = "true", help_heading = "Authorization")]
     pub fine_grained_authz: bool,
 
+    /// Also authorize container paths (/containerLogs, /exec, /attach, /portForward, /run) as the
+    /// API server does the same operation: `get pods/log`, `create pods/exec`, … on the pod named
+    /// in the path, in its namespace; allowed if either the kubelet's nodes/… check or this one
+    /// allows. Off by default: namespace grants such as `edit` then reach the kubelet.
+    #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          require_equals = true, default_missing_value = "true", help_heading = "Authorization")]
+    pub pod_scoped_authz: bool,
+
     /// Use the path table of recent kubelet master: /statusz needs nodes/statusz and /flagz needs
     /// nodes/configz, with no nodes/proxy fallback. Off: the 1.33–1.35 table.
     #[arg(long, value_name = "BOOL", default_value_t = false, action = ArgAction::Set, num_args = 0..=1,

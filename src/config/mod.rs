@@ -554,6 +554,7 @@ impl AuthorizationSettings {
                 fine_grained: flags.fine_grained_authz,
                 exec_requires_create: flags.exec_requires_create,
                 standalone_statusz_flagz: flags.standalone_statusz_flagz,
+                pod_scoped: flags.pod_scoped_authz,
             },
             node_name,
             apiserver_max_reviews_inflight: flags.apiserver_max_reviews_inflight as usize,

@@ -10,6 +10,7 @@ use super::{AuthorizationSettings, AuthorizerSettings};
 use crate::authn::{ANONYMOUS_USER, UNAUTHENTICATED_GROUP, User};
 use crate::authz::Decision;
 use crate::authz::attributes::kubelet_attributes;
+use crate::authz::pod_attributes::pod_attributes;
 use crate::authz::policy::lint::lint_policies;
 
 /// One thing about a configuration that an operator should know before serving with it.
@@ -78,7 +79,11 @@ pub fn authorization_warnings(
     }
     let can_allow = authorization.authorizers.iter().any(|a| match a {
         AuthorizerSettings::AlwaysAllow | AuthorizerSettings::Webhook { .. } => true,
-        AuthorizerSettings::Policy(policy) => policy.current().stats().cluster_role_bindings > 0,
+        AuthorizerSettings::Policy(policy) => {
+            let stats = policy.current().stats();
+            stats.cluster_role_bindings > 0
+                || (authorization.mapping.pod_scoped && stats.role_bindings > 0)
+        }
         AuthorizerSettings::Node | AuthorizerSettings::AlwaysDeny => false,
     });
     if !can_allow {
@@ -110,6 +115,19 @@ pub fn authorization_warnings(
             ),
         ));
     }
+    if !authorization.mapping.pod_scoped {
+        let role_bindings: usize = policies.iter().map(|p| p.stats().role_bindings).sum();
+        if role_bindings > 0 {
+            warnings.push(Warning::new(
+                policy_flag,
+                format!(
+                    "{role_bindings} RoleBinding(s) never apply: kubelet requests have no \
+                     namespace, and only --pod-scoped-authz asks about pods in theirs; turn it \
+                     on, or bind with ClusterRoleBindings"
+                ),
+            ));
+        }
+    }
     if anonymous {
         warnings.extend(anonymous_commands(authorization, &policies));
     }
@@ -126,9 +144,30 @@ fn anonymous_commands(
         groups: vec![UNAUTHENTICATED_GROUP.to_owned()],
         ..User::default()
     };
-    for path in COMMAND_REQUESTS {
+    // With --pod-scoped-authz, the same commands in every namespace a RoleBinding is in.
+    let namespaced: Vec<String> = if authorization.mapping.pod_scoped {
+        policies
+            .iter()
+            .flat_map(|p| p.binding_namespaces())
+            .map(|namespace| format!("/exec/{namespace}/pod/container"))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let paths = COMMAND_REQUESTS
+        .iter()
+        .copied()
+        .chain(namespaced.iter().map(String::as_str));
+    for path in paths {
         let request = kubelet_attributes(&authorization.mapping, &Method::POST, path);
-        for attrs in request.attributes(&anonymous, &authorization.node_name, path) {
+        let pod = authorization
+            .mapping
+            .pod_scoped
+            .then(|| pod_attributes(&Method::POST, path))
+            .flatten()
+            .map(|pod| pod.attributes(&anonymous, path));
+        let node_sets = request.attributes(&anonymous, &authorization.node_name, path);
+        for attrs in node_sets.chain(pod) {
             for policy in policies {
                 if let Decision::Allow(reason) = policy.authorize(&attrs) {
                     return Some(Warning::new(

@@ -26,7 +26,7 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-re
 subjects: [{kind: User, name: alice}]
 "#;
 
-fn user(name: &str, groups: &[&str]) -> User {
+pub(super) fn user(name: &str, groups: &[&str]) -> User {
     User {
         name: name.into(),
         groups: groups.iter().map(|g| g.to_string()).collect(),
@@ -37,11 +37,11 @@ fn user(name: &str, groups: &[&str]) -> User {
 fn judge(chain: &AuthorizerChain, user: &User, method: Method, path: &str) -> RequestDecision {
     let attrs = kubelet_attributes(&AttributeMapping::default(), &method, path);
     block_on(authorize_request(
-        chain, &attrs, user, "node-a", path, Unobserved,
+        chain, &attrs, None, user, "node-a", path, Unobserved,
     ))
 }
 
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
+pub(super) fn block_on<F: std::future::Future>(future: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
         .build()
         .expect("a current-thread runtime")
@@ -75,7 +75,7 @@ fn always_deny_has_no_opinion_so_a_later_allow_wins() {
 #[test]
 fn an_explicit_deny_stops_the_chain_before_a_later_allow() {
     let chain = AuthorizerChain::new(vec![
-        Authorizer::Node(NodeAuthorizer),
+        Authorizer::Node(NodeAuthorizer::new("node-a".into())),
         Authorizer::AlwaysAllow,
     ]);
     let other_node = user("system:node:node-b", &["system:nodes"]);
@@ -133,7 +133,12 @@ fn decider(authorizers: Vec<Authorizer>) -> Decider {
 }
 
 /// Decides `target` (path and optional query) for `user`, recording whether authentication ran.
-fn decide_as(decider: &Decider, user: &User, method: &Method, target: &str) -> (Verdict, bool) {
+pub(super) fn decide_as(
+    decider: &Decider,
+    user: &User,
+    method: &Method,
+    target: &str,
+) -> (Verdict, bool) {
     let (path, query) = match target.split_once('?') {
         Some((path, query)) => (path, Some(query)),
         None => (target, None),
@@ -153,7 +158,7 @@ fn decide_as(decider: &Decider, user: &User, method: &Method, target: &str) -> (
     (verdict, authenticated.into_inner())
 }
 
-fn answer(verdict: &Verdict, method: &Method) -> (StatusCode, Outcome, String) {
+pub(super) fn answer(verdict: &Verdict, method: &Method) -> (StatusCode, Outcome, String) {
     let refusal = verdict.refusal().expect("a refusal");
     let (response, outcome) = refusal.answer(method);
     let status = response.status();

@@ -226,8 +226,11 @@ pub struct Explanation {
     pub verb: Option<&'static str>,
     /// Every `nodes/<subresource>` that may be tried, in order; empty when the path gate answered.
     pub subresources: Vec<&'static str>,
+    /// The pod-level set tried after them (`--pod-scoped-authz` and a container path).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_attributes: Option<PodSet>,
     /// The attribute sets actually tried, in order: the loop stops at the first allowed one or at
-    /// an error.
+    /// an error. The pod-level set's `subresource` is its label, `pods/<subresource>`.
     pub attributes: Vec<AttributeTrial>,
     /// What the proxy does in the end.
     pub result: Conclusion,
@@ -319,6 +322,20 @@ pub struct AttributeTrial {
     pub decision: Answer,
     /// The authorizer whose `Allow` or `Deny` decided, if one did.
     pub decided_by: Option<&'static str>,
+}
+
+/// The pod-level attribute set of a request (`--pod-scoped-authz`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSet {
+    /// `pods/<subresource>`.
+    pub resource: &'static str,
+    /// The verb the API server would check.
+    pub verb: &'static str,
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
 }
 
 /// One authorizer's answer on one attribute set.

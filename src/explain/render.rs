@@ -67,15 +67,22 @@ fn write_text(e: &Explanation, out: &mut String) -> fmt::Result {
         } else {
             writeln!(out, "verb:        {verb}")?;
         }
-        let tried: Vec<String> = e
+        let mut tried: Vec<String> = e
             .subresources
             .iter()
             .map(|s| format!("nodes/{s}"))
             .collect();
+        if let Some(pod) = &e.pod_attributes {
+            tried.push(format!(
+                "{} {} on pod {}/{} (--pod-scoped-authz)",
+                pod.verb, pod.resource, pod.namespace, pod.name
+            ));
+        }
         writeln!(out, "attributes:  {} (in order)", tried.join(", "))?;
     }
+    let sets = e.subresources.len() + usize::from(e.pod_attributes.is_some());
     for (index, trial) in e.attributes.iter().enumerate() {
-        let then = if index + 1 < e.subresources.len() {
+        let then = if index + 1 < sets {
             "the next attribute set is tried"
         } else {
             "no attribute set left"
@@ -86,12 +93,23 @@ fn write_text(e: &Explanation, out: &mut String) -> fmt::Result {
             (Answer::Error, _) => "error: no further attribute set is tried".to_owned(),
             _ => format!("no authorizer allowed; {then}"),
         };
-        writeln!(
-            out,
-            "  {} nodes/{}: {decided}",
-            e.verb.unwrap_or_default(),
-            trial.subresource
-        )?;
+        match e
+            .pod_attributes
+            .as_ref()
+            .filter(|p| p.resource == trial.subresource)
+        {
+            Some(pod) => writeln!(
+                out,
+                "  {} {} {}/{}: {decided}",
+                pod.verb, pod.resource, pod.namespace, pod.name
+            )?,
+            None => writeln!(
+                out,
+                "  {} nodes/{}: {decided}",
+                e.verb.unwrap_or_default(),
+                trial.subresource
+            )?,
+        }
         for answer in &trial.answers {
             let reason = if answer.reason.is_empty() && answer.answer != Answer::NotAsked {
                 "(no reason given)".to_owned()

@@ -59,7 +59,10 @@ fn policy(text: &'static str) -> Authorizer {
 }
 
 fn chain() -> AuthorizerChain {
-    AuthorizerChain::new(vec![Authorizer::Node(NodeAuthorizer), policy(POLICY)])
+    AuthorizerChain::new(vec![
+        Authorizer::Node(NodeAuthorizer::new(NODE.into())),
+        policy(POLICY),
+    ])
 }
 
 fn user(name: &str, groups: &[&str]) -> User {
@@ -152,7 +155,7 @@ fn falls_back_to_proxy_after_pods() {
 #[test]
 fn node_deny_stops_the_chain_and_later_authorizers_are_not_asked() {
     let chain = AuthorizerChain::new(vec![
-        Authorizer::Node(NodeAuthorizer),
+        Authorizer::Node(NodeAuthorizer::new(NODE.into())),
         Authorizer::AlwaysAllow,
     ]);
     let other = user("system:node:node-b", &["system:nodes"]);
@@ -447,8 +450,135 @@ items:
     assert!(
         lint.unlisted
             .to_string()
-            .starts_with("4 more rule(s) in 2 ClusterRole(s) can never match"),
+            .starts_with("4 more rule(s) in 2 role(s) can never match"),
         "{}",
         lint.unlisted
+    );
+}
+
+/// A Role for one pod of team-a and a binding for `dev`.
+const POD_POLICY: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: web-debugger, namespace: team-a}
+rules:
+- {apiGroups: [""], resources: [pods/exec], verbs: [create]}
+- {apiGroups: [""], resources: [nodes/proxy], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: dev-debug, namespace: team-a}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: web-debugger}
+subjects: [{kind: User, name: dev}]
+"#;
+
+#[test]
+fn the_pod_level_set_is_shown_after_the_kubelets_own() {
+    let decider = Decider {
+        authorizers: AuthorizerChain::new(vec![policy(POD_POLICY)]),
+        mapping: AttributeMapping {
+            pod_scoped: true,
+            ..AttributeMapping::default()
+        },
+        node_name: Arc::from(NODE),
+    };
+    let e = block_on(explain(
+        &decider,
+        &Method::GET,
+        "/exec/team-a/web-0/app?command=sh",
+        &user("dev", &[]),
+    ));
+    assert!(e.result.allowed);
+    let tried: Vec<_> = e.attributes.iter().map(|t| t.subresource).collect();
+    assert_eq!(tried, ["proxy", "pods/exec"]);
+    let json = serde_json::to_value(&e).unwrap();
+    assert_eq!(
+        json["podAttributes"],
+        serde_json::json!({
+            "resource": "pods/exec", "verb": "create", "namespace": "team-a", "name": "web-0"
+        })
+    );
+    let text = render_text(&e);
+    assert!(
+        text.contains(
+            "attributes:  nodes/proxy, create pods/exec on pod team-a/web-0 (--pod-scoped-authz)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "  create nodes/proxy: no authorizer allowed; the next attribute set is tried"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("  create pods/exec team-a/web-0: allowed by Policy"),
+        "{text}"
+    );
+    // The Role's nodes/proxy rule can never match: a Role is only asked about pods.
+    assert_eq!(e.warnings.len(), 1, "{:?}", e.warnings);
+    assert_eq!(
+        e.warnings[0].to_string(),
+        "p.yaml:2: Role \"team-a/web-debugger\" rules[1]: resource \"nodes/proxy\" never \
+         matches: the kubelet asks only about pods/log, pods/exec, pods/attach, \
+         pods/portforward; this rule can never match a kubelet request"
+    );
+
+    // Without the flag, no pod-level set, and the Role is named as never applying.
+    let off = Decider {
+        mapping: AttributeMapping::default(),
+        ..decider
+    };
+    let e = block_on(explain(
+        &off,
+        &Method::GET,
+        "/exec/team-a/web-0/app",
+        &user("dev", &[]),
+    ));
+    assert!(!e.result.allowed);
+    assert!(e.pod_attributes.is_none());
+    assert!(
+        serde_json::to_value(&e)
+            .unwrap()
+            .get("podAttributes")
+            .is_none()
+    );
+    assert_eq!(e.warnings.len(), 1, "{:?}", e.warnings);
+    assert!(
+        e.warnings[0]
+            .to_string()
+            .contains("Role \"team-a/web-debugger\" rules[0]: a Role is asked about only by the pod-level attributes of --pod-scoped-authz, which is off"),
+        "{}",
+        e.warnings[0]
+    );
+}
+
+/// With the flag, `pods/<subresource>` rules of a ClusterRole are live; without it, they are
+/// about another resource and only counted.
+#[test]
+fn pod_rules_are_live_only_with_pod_scoped_authz() {
+    let rule = "- {apiGroups: [\"\"], resources: [pods/exec, pods/log, pods/status], verbs: [create, get], resourceNames: [web-0]}\n";
+    let on = AttributeMapping {
+        pod_scoped: true,
+        ..AttributeMapping::default()
+    };
+    let warnings = warnings_under(&on, rule, "n");
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let node_rule = "- {apiGroups: [\"\"], resources: [nodes/proxy, pods/exec], verbs: [get], resourceNames: [web-0]}\n";
+    let warnings = warnings_under(&on, node_rule, "n");
+    assert!(
+        warnings.is_empty(),
+        "resourceNames may name pods: {warnings:?}"
+    );
+    let warnings = warnings_for(rule, "n");
+    assert!(
+        warnings.is_empty(),
+        "not meant for the kubelet: {warnings:?}"
+    );
+    let wildcard = "- {apiGroups: [\"\"], resources: [pods], verbs: [get]}\n";
+    let warnings = warnings_under(&on, wildcard, "n");
+    assert!(
+        warnings.is_empty(),
+        "about pods themselves, not the kubelet: {warnings:?}"
     );
 }

@@ -9,7 +9,7 @@ use http_body_util::BodyExt;
 
 use super::{
     API_VERSION, Answer, AttributeTrial, AuthorizerAnswer, Conclusion, Explanation, KIND,
-    PathVerdict, RequestInfo, UserInfo,
+    PathVerdict, PodSet, RequestInfo, UserInfo,
 };
 use crate::authn::{Authentication, User};
 use crate::authz::policy::lint::lint_policies;
@@ -54,12 +54,18 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
             decoded: recorder.decoded,
         },
     };
-    let (verb, subresources) = match &verdict {
+    let (verb, subresources, pod_attributes) = match &verdict {
         Verdict::Authorized(judgement) => (
             Some(judgement.attributes.verb),
             judgement.attributes.subresources.iter().collect(),
+            judgement.pod.as_ref().map(|pod| PodSet {
+                resource: pod.label,
+                verb: pod.verb,
+                namespace: pod.namespace.to_string(),
+                name: pod.name.to_string(),
+            }),
         ),
-        _ => (None, Vec::new()),
+        _ => (None, Vec::new(), None),
     };
     let result = match verdict.refusal() {
         None => forwarded(),
@@ -91,6 +97,7 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
         path,
         verb,
         subresources,
+        pod_attributes,
         attributes: recorder.trials,
         result,
         warnings: lint.warnings,

@@ -516,7 +516,20 @@ async fn check_config_warns_and_strict_refuses() {
          subjects: [{kind: Group, name: \"system:unauthenticated\"}]\n",
     );
     let policy = format!("--authorization-policy-file={}", anonymous_exec.display());
-    let cases: [(Vec<String>, &[&str]); 3] = [
+    // Anonymous callers may exec into the pods of team-a: a RoleBinding, which only the
+    // pod-level sets of --pod-scoped-authz reach.
+    let namespaced = files.dir.write(
+        "namespaced.yaml",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n\
+         metadata: {name: pod-exec}\n\
+         rules: [{apiGroups: [\"\"], resources: [pods/exec], verbs: [create]}]\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+         metadata: {name: open, namespace: team-a}\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-exec}\n\
+         subjects: [{kind: Group, name: \"system:unauthenticated\"}]\n",
+    );
+    let namespaced = format!("--authorization-policy-file={}", namespaced.display());
+    let cases: [(Vec<String>, &[&str]); 5] = [
         (
             vec!["--anonymous-auth".to_owned()],
             &["--authorization-mode: AlwaysAllow lets every caller, anonymous ones included"],
@@ -536,6 +549,28 @@ async fn check_config_warns_and_strict_refuses() {
                 "\"nodes/*\" is not a wildcard in RBAC",
                 "--anonymous-auth: anonymous callers may run commands in containers (POST \
                  /exec/default/pod/container is allowed",
+            ],
+        ),
+        (
+            vec![
+                "--authorization-mode=Node,Policy".to_owned(),
+                namespaced.clone(),
+            ],
+            &[
+                "--authorization-policy-file: 1 RoleBinding(s) never apply: kubelet requests have \
+               no namespace, and only --pod-scoped-authz asks about pods in theirs",
+            ],
+        ),
+        (
+            vec![
+                "--anonymous-auth".to_owned(),
+                "--pod-scoped-authz".to_owned(),
+                "--authorization-mode=Node,Policy".to_owned(),
+                namespaced,
+            ],
+            &[
+                "--anonymous-auth: anonymous callers may run commands in containers (POST \
+               /exec/team-a/pod/container is allowed: RBAC: allowed by RoleBinding \"open/team-a\"",
             ],
         ),
     ];
@@ -760,7 +795,7 @@ async fn a_cluster_rbac_dump_gets_one_warning_and_one_note() {
     assert!(
         lines[1].starts_with(
             "kubelet-auth-proxy: note: --authorization-policy-file: 50 more rule(s) in 16 \
-             ClusterRole(s) can never match a kubelet request"
+             role(s) can never match a kubelet request"
         ),
         "{}",
         lines[1]

@@ -28,6 +28,7 @@ mod neighbours;
 mod operator_cli;
 mod path_safety;
 mod paths;
+mod pod_scoped;
 mod reload;
 mod review_bounds;
 mod secrets;

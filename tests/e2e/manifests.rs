@@ -241,6 +241,8 @@ fn the_shipped_policies_load_and_grant_what_their_comments_say() {
         let decision = policy.authorize(&Attributes {
             user,
             verb,
+            namespace: "",
+            resource: "nodes",
             subresource,
             name: "node-1",
             path: "/",

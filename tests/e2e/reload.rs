@@ -378,7 +378,9 @@ async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
     let dave = h.user("dave", &[]);
     let erin = h.user("erin", &[]);
 
-    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r, namespace: default}\nrules: []\n";
+    // A Role needs its namespace.
+    let role =
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}\nrules: []\n";
     for broken in [
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nrules: [\n",
         "\t: : not yaml\n",

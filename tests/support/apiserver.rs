@@ -229,6 +229,8 @@ pub struct AccessReview {
     pub extra: BTreeMap<String, Vec<String>>,
     /// `resourceAttributes.verb` ("" when omitted).
     pub verb: String,
+    /// `resourceAttributes.namespace` ("" when omitted).
+    pub namespace: String,
     /// `resourceAttributes.resource`.
     pub resource: String,
     /// `resourceAttributes.subresource`.
@@ -255,6 +257,7 @@ impl AccessReview {
                 .map(|extra| extra.iter().map(|(k, v)| (k.clone(), list(v))).collect())
                 .unwrap_or_default(),
             verb: text(&attributes["verb"]),
+            namespace: text(&attributes["namespace"]),
             resource: text(&attributes["resource"]),
             subresource: text(&attributes["subresource"]),
             name: text(&attributes["name"]),

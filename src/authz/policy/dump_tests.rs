@@ -27,6 +27,8 @@ fn decide(p: &PolicyAuthorizer, u: &User, verb: &str, subresource: &str) -> Deci
     p.authorize(&Attributes {
         user: u,
         verb,
+        namespace: "",
+        resource: "nodes",
         subresource,
         name: "node-1",
         path: "/",
@@ -47,6 +49,8 @@ fn a_cluster_dump_loads_as_it_is_and_answers_as_rbac_does() {
         PolicyStats {
             cluster_roles: 17,
             cluster_role_bindings: 13,
+            roles: 0,
+            role_bindings: 0,
             rules: 53,
         }
     );

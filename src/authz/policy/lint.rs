@@ -1,6 +1,6 @@
 //! Lint for local policies: rule entries no kubelet request can ever match under the attribute
-//! table in force, named with file, line, role and rule index. Shown by `explain`, and warned
-//! about at start-up and by `check-config`.
+//! table in force (with `--pod-scoped-authz`, the pod-level sets too), named with file, line,
+//! role and rule index. Shown by `explain`, and warned about at start-up and by `check-config`.
 //!
 //! Only rules that look meant for the kubelet are named one by one: a dump of a cluster's RBAC
 //! holds hundreds of rules about other resources, and Kubernetes' own roles, which can never
@@ -13,7 +13,9 @@ use serde::Serialize;
 use super::load::BOOTSTRAPPING_LABEL;
 use super::{PolicyAuthorizer, PolicyRole};
 use crate::authz::attributes::{AttributeMapping, kubelet_verbs};
+use crate::authz::pod_attributes::pod_subresources;
 use crate::authz::rbac::PolicyRule;
+use crate::authz::{POD_RESOURCE, RESOURCE};
 
 /// The RBAC wildcard.
 const ALL: &str = "*";
@@ -24,9 +26,11 @@ const ALL: &str = "*";
 pub struct PolicyWarning {
     /// The policy file.
     pub file: String,
-    /// The line where the ClusterRole starts.
+    /// The line where the role starts.
     pub line: u64,
-    /// The ClusterRole's name.
+    /// `ClusterRole` or `Role`.
+    pub kind: &'static str,
+    /// The role's name; `namespace/name` for a Role.
     pub role: String,
     /// The rule's index in `rules`.
     pub rule: usize,
@@ -43,9 +47,10 @@ impl fmt::Display for PolicyWarning {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{}:{}: ClusterRole {:?} rules[{}]: {}{}",
+            "{}:{}: {} {:?} rules[{}]: {}{}",
             self.file,
             self.line,
+            self.kind,
             self.role,
             self.rule,
             self.message,
@@ -64,7 +69,7 @@ impl fmt::Display for PolicyWarning {
 pub struct UnlistedRules {
     /// Rules that can never match.
     pub rules: usize,
-    /// The ClusterRoles they belong to.
+    /// The roles they belong to.
     pub roles: usize,
 }
 
@@ -72,7 +77,7 @@ impl fmt::Display for UnlistedRules {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} more rule(s) in {} ClusterRole(s) can never match a kubelet request and are not \
+            "{} more rule(s) in {} role(s) can never match a kubelet request and are not \
              listed: they are about other resources or non-resource URLs, or belong to \
              Kubernetes' own roles ({}: {})",
             self.rules, self.roles, BOOTSTRAPPING_LABEL.0, BOOTSTRAPPING_LABEL.1
@@ -110,29 +115,98 @@ pub fn lint_policies<'a>(
     lint
 }
 
-/// What the kubelet ever asks about, from the attribute table in force.
+/// What the kubelet ever asks about, from the attribute table in force, for one role.
 struct Asked {
     verbs: [&'static str; 5],
-    subresources: Vec<&'static str>,
+    /// The `(resource, subresource)` pairs asked about: the kubelet's `nodes/<subresource>` sets
+    /// (cluster-wide, so never for a Role), and with `--pod-scoped-authz` the pod-level ones.
+    resources: Vec<(&'static str, &'static str)>,
+    /// Whether resourceNames are the Node's name (a ClusterRole) or pods' names only (a Role).
+    names_are_pods: bool,
 }
 
-/// The lint of one ClusterRole: warnings for the entries no kubelet request can match under
-/// `mapping` in the rules that look meant for the kubelet, each marked with whether the rule as
-/// a whole is dead, and the number of other rules that can never match.
+impl Asked {
+    fn new(mapping: &AttributeMapping, namespaced: bool) -> Asked {
+        let mut resources = Vec::new();
+        if !namespaced {
+            resources.extend(mapping.subresources().into_iter().map(|s| (RESOURCE, s)));
+        }
+        if mapping.pod_scoped {
+            for (subresource, _) in pod_subresources() {
+                if !resources.contains(&(POD_RESOURCE, subresource)) {
+                    resources.push((POD_RESOURCE, subresource));
+                }
+            }
+        }
+        Asked {
+            verbs: kubelet_verbs(),
+            resources,
+            names_are_pods: namespaced,
+        }
+    }
+
+    /// The subresources asked about on `resource`.
+    fn subresources_of(&self, resource: &str) -> Vec<&'static str> {
+        let all = resource == ALL;
+        self.resources
+            .iter()
+            .filter(|(r, _)| all || *r == resource)
+            .map(|(_, s)| *s)
+            .collect()
+    }
+
+    /// `nodes/<a>, nodes/<b>, pods/<c>`, for messages.
+    fn describe(&self) -> String {
+        let names: Vec<String> = self
+            .resources
+            .iter()
+            .map(|(r, s)| format!("{r}/{s}"))
+            .collect();
+        names.join(", ")
+    }
+}
+
+/// The lint of one role: warnings for the entries no kubelet request can match under `mapping`
+/// in the rules that look meant for the kubelet, each marked with whether the rule as a whole is
+/// dead, and the number of other rules that can never match.
 ///
 /// A rule looks meant for the kubelet when it names a `nodes/…` resource, `nodes` or a wildcard
-/// resource in the core group, or a path the kubelet serves: such a rule that can never match is warned about in full. In a
-/// rule that can match, only dead `nodes/…` entries are (`nodes/*`, a subresource never asked):
-/// its other entries are for the API server. Kubernetes' own roles are never warned about.
+/// resource in the core group, or a path the kubelet serves: such a rule that can never match is
+/// warned about in full. In a rule that can match, only dead `nodes/…` entries are (`nodes/*`, a
+/// subresource never asked): its other entries are for the API server. Kubernetes' own roles are
+/// never warned about. A Role is asked about only by the pod-level sets of `--pod-scoped-authz`:
+/// without it, one warning says the Role never applies.
 pub fn role_lint(
     role: &PolicyRole<'_>,
     mapping: &AttributeMapping,
     node_name: &str,
 ) -> (Vec<PolicyWarning>, usize) {
-    let asked = Asked {
-        verbs: kubelet_verbs(),
-        subresources: mapping.subresources(),
+    let namespaced = !role.namespace.is_empty();
+    let warning = |rule: usize, field: &'static str, message: String, dead: bool| PolicyWarning {
+        file: role.source_name.to_owned(),
+        line: role.line,
+        kind: role.kind,
+        role: if namespaced {
+            format!("{}/{}", role.namespace, role.name)
+        } else {
+            role.name.to_owned()
+        },
+        rule,
+        field,
+        message,
+        rule_never_matches: dead,
     };
+    if namespaced && !mapping.pod_scoped {
+        if role.is_default || role.rules.is_empty() {
+            return (Vec::new(), role.rules.len());
+        }
+        let message = "a Role is asked about only by the pod-level attributes of \
+                       --pod-scoped-authz, which is off: kubelet requests have no namespace, so \
+                       no rule of this Role can match"
+            .to_owned();
+        return (vec![warning(0, "rules", message, true)], 0);
+    }
+    let asked = Asked::new(mapping, namespaced);
     let mut warnings = Vec::new();
     let mut unlisted = 0;
     for (index, rule) in role.rules.iter().enumerate() {
@@ -144,15 +218,11 @@ pub fn role_lint(
         if !dead {
             found.retain(|(field, entry, _)| *field == "resources" && entry.starts_with("nodes/"));
         }
-        warnings.extend(found.into_iter().map(|(field, _, message)| PolicyWarning {
-            file: role.source_name.to_owned(),
-            line: role.line,
-            role: role.name.to_owned(),
-            rule: index,
-            field,
-            message,
-            rule_never_matches: dead,
-        }));
+        warnings.extend(
+            found
+                .into_iter()
+                .map(|(field, _, message)| warning(index, field, message, dead)),
+        );
     }
     (warnings, unlisted)
 }
@@ -239,14 +309,23 @@ fn rule_warnings<'r>(
 
     let mut any_resource_live = false;
     for resource in &rule.resources {
-        match resource_problem(resource, &asked.subresources) {
+        match resource_problem(resource, asked) {
             Some(message) => found.push(("resources", resource.as_str(), message)),
             None => any_resource_live = true,
         }
     }
     dead |= !any_resource_live;
 
-    if !rule.resource_names.is_empty() && !rule.resource_names.iter().any(|n| n == node_name) {
+    // A pod-level set names a pod, which the lint cannot know; a node-level one this node.
+    let names_node = !asked.names_are_pods
+        && rule.resources.iter().all(|r| {
+            r.split_once('/')
+                .is_none_or(|(resource, _)| resource != POD_RESOURCE)
+        });
+    if names_node
+        && !rule.resource_names.is_empty()
+        && !rule.resource_names.iter().any(|n| n == node_name)
+    {
         found.push((
             "resourceNames",
             "",
@@ -261,32 +340,51 @@ fn rule_warnings<'r>(
 }
 
 /// Why a `resources` entry never matches a kubelet request, or `None` when it can.
-fn resource_problem(resource: &str, subresources: &[&str]) -> Option<String> {
+fn resource_problem(resource: &str, asked: &Asked) -> Option<String> {
     if resource == ALL {
-        return None;
+        return (asked.resources.is_empty()).then(|| {
+            "no request is ever asked about in a namespace without --pod-scoped-authz".to_owned()
+        });
     }
-    let subresource = match resource.split_once('/') {
-        Some(("nodes" | ALL, sub)) => sub,
-        _ if resource == "nodes" => {
-            return Some(
-                "resource \"nodes\" matches only requests without a subresource, and every \
-                 kubelet request has one: name it, e.g. \"nodes/proxy\""
-                    .to_owned(),
-            );
+    let pods = asked.resources.iter().any(|(r, _)| *r == POD_RESOURCE);
+    let (named, subresource) = match resource.split_once('/') {
+        Some((named @ (RESOURCE | ALL), sub)) => (named, sub),
+        Some((POD_RESOURCE, sub)) if pods => (POD_RESOURCE, sub),
+        _ if resource == RESOURCE || (pods && resource == POD_RESOURCE) => {
+            return Some(format!(
+                "resource {resource:?} matches only requests without a subresource, and every \
+                 kubelet request has one: name it, e.g. \"{resource}/{}\"",
+                if resource == RESOURCE {
+                    "proxy"
+                } else {
+                    "exec"
+                }
+            ));
         }
         _ => {
             return Some(format!(
-                "resource {resource:?} never matches: the kubelet asks only about \
-                 nodes/<subresource>"
+                "resource {resource:?} never matches: the kubelet asks only about {}",
+                if pods {
+                    "nodes/<subresource> and pods/<subresource>"
+                } else {
+                    "nodes/<subresource>"
+                }
             ));
         }
     };
+    let subresources = asked.subresources_of(named);
     if subresources.contains(&subresource) {
         return None;
     }
     if subresource == ALL {
         return Some(format!(
             "{resource:?} is not a wildcard in RBAC (only \"*\" and \"*/<subresource>\" are)"
+        ));
+    }
+    if subresources.is_empty() {
+        return Some(format!(
+            "resource {resource:?} never matches: the kubelet asks only about {}",
+            asked.describe()
         ));
     }
     Some(format!(

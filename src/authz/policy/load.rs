@@ -32,6 +32,10 @@ pub(super) const BOOTSTRAPPING_LABEL: (&str, &str) =
 enum Kind {
     ClusterRole,
     ClusterRoleBinding,
+    /// Namespaced: grants only on the pod-level attributes of `--pod-scoped-authz`.
+    Role,
+    /// Namespaced, as [`Kind::Role`].
+    RoleBinding,
     /// `kind: List`, as `kubectl get -o yaml` writes several objects.
     List,
     /// A typed list, as the API server answers a list request (`GET .../clusterroles`): its
@@ -39,78 +43,114 @@ enum Kind {
     ClusterRoleList,
     /// The same for ClusterRoleBindings.
     ClusterRoleBindingList,
+    /// The same for Roles.
+    RoleList,
+    /// The same for RoleBindings.
+    RoleBindingList,
 }
 
+/// Every kind with its name, the kind of its items (typed lists) and its top-level fields
+/// besides apiVersion, kind and metadata.
+const KINDS: [(Kind, &str, Option<Kind>, &[&str]); 9] = [
+    (
+        Kind::ClusterRole,
+        "ClusterRole",
+        None,
+        &["rules", "aggregationRule"],
+    ),
+    (
+        Kind::ClusterRoleBinding,
+        "ClusterRoleBinding",
+        None,
+        &["subjects", "roleRef"],
+    ),
+    (Kind::Role, "Role", None, &["rules"]),
+    (
+        Kind::RoleBinding,
+        "RoleBinding",
+        None,
+        &["subjects", "roleRef"],
+    ),
+    (Kind::List, "List", None, &["items"]),
+    (
+        Kind::ClusterRoleList,
+        "ClusterRoleList",
+        Some(Kind::ClusterRole),
+        &["items"],
+    ),
+    (
+        Kind::ClusterRoleBindingList,
+        "ClusterRoleBindingList",
+        Some(Kind::ClusterRoleBinding),
+        &["items"],
+    ),
+    (Kind::RoleList, "RoleList", Some(Kind::Role), &["items"]),
+    (
+        Kind::RoleBindingList,
+        "RoleBindingList",
+        Some(Kind::RoleBinding),
+        &["items"],
+    ),
+];
+
 impl Kind {
+    /// Its row of [`KINDS`].
+    fn row(self) -> &'static (Kind, &'static str, Option<Kind>, &'static [&'static str]) {
+        // Every variant has its row.
+        KINDS
+            .iter()
+            .find(|row| row.0 == self)
+            .expect("a row per kind")
+    }
+
     /// The kind as written.
     fn name(self) -> &'static str {
-        match self {
-            Kind::ClusterRole => "ClusterRole",
-            Kind::ClusterRoleBinding => "ClusterRoleBinding",
-            Kind::List => "List",
-            Kind::ClusterRoleList => "ClusterRoleList",
-            Kind::ClusterRoleBindingList => "ClusterRoleBindingList",
-        }
+        self.row().1
     }
 
     /// Whether this kind holds `items`.
     fn is_list(self) -> bool {
-        matches!(
-            self,
-            Kind::List | Kind::ClusterRoleList | Kind::ClusterRoleBindingList
-        )
+        self == Kind::List || self.item_kind().is_some()
     }
 
     /// The kind of the items of a typed list, which the API server writes without `kind`.
     fn item_kind(self) -> Option<Kind> {
-        match self {
-            Kind::ClusterRoleList => Some(Kind::ClusterRole),
-            Kind::ClusterRoleBindingList => Some(Kind::ClusterRoleBinding),
-            _ => None,
-        }
+        self.row().2
+    }
+
+    /// Whether objects of this kind live in a namespace.
+    fn is_namespaced(self) -> bool {
+        matches!(self, Kind::Role | Kind::RoleBinding)
+    }
+
+    /// Whether this kind is a role (holds rules).
+    fn is_role(self) -> bool {
+        matches!(self, Kind::ClusterRole | Kind::Role)
     }
 
     /// The only apiVersion accepted with it.
     fn api_version(self) -> &'static str {
-        match self {
-            Kind::ClusterRole
-            | Kind::ClusterRoleBinding
-            | Kind::ClusterRoleList
-            | Kind::ClusterRoleBindingList => RBAC_API_VERSION,
-            Kind::List => LIST_API_VERSION,
+        if self == Kind::List {
+            LIST_API_VERSION
+        } else {
+            RBAC_API_VERSION
         }
     }
 
     /// The top-level fields (besides apiVersion, kind and metadata) it may have.
     fn fields(self) -> &'static [&'static str] {
-        match self {
-            Kind::ClusterRole => &["rules", "aggregationRule"],
-            Kind::ClusterRoleBinding => &["subjects", "roleRef"],
-            Kind::List | Kind::ClusterRoleList | Kind::ClusterRoleBindingList => &["items"],
-        }
+        self.row().3
     }
 
     /// The kind a document declares; `in_list` for the items of a list, which cannot nest.
     fn parse(kind: &str, in_list: bool) -> Result<Kind, PolicyProblem> {
-        match kind {
-            "ClusterRole" => Ok(Kind::ClusterRole),
-            "ClusterRoleBinding" => Ok(Kind::ClusterRoleBinding),
-            "List" | "ClusterRoleList" | "ClusterRoleBindingList" if in_list => {
-                Err(PolicyProblem::NestedList)
-            }
-            "List" => Ok(Kind::List),
-            "ClusterRoleList" => Ok(Kind::ClusterRoleList),
-            "ClusterRoleBindingList" => Ok(Kind::ClusterRoleBindingList),
-            "" => Err(PolicyProblem::MissingKind),
-            "Role" | "RoleBinding" => Err(PolicyProblem::Namespaced {
-                replacement: if kind == "Role" {
-                    Kind::ClusterRole.name()
-                } else {
-                    Kind::ClusterRoleBinding.name()
-                },
-                kind: kind.to_owned(),
-            }),
-            _ => Err(PolicyProblem::UnknownKind(kind.to_owned())),
+        if kind.is_empty() {
+            return Err(PolicyProblem::MissingKind);
+        }
+        match KINDS.iter().find(|row| row.1 == kind) {
+            Some(&(kind, ..)) if in_list && kind.is_list() => Err(PolicyProblem::NestedList),
+            Some(&(kind, ..)) => Ok(kind),
+            None => Err(PolicyProblem::UnknownKind(kind.to_owned())),
         }
     }
 }
@@ -162,8 +202,8 @@ pub enum PolicyError {
         line: u64,
         /// The object, e.g. `ClusterRoleBinding "metrics"`.
         object: String,
-        /// What is wrong with it.
-        problem: PolicyProblem,
+        /// What is wrong with it (boxed: the error stays small on the success path).
+        problem: Box<PolicyProblem>,
     },
 }
 
@@ -171,22 +211,23 @@ pub enum PolicyError {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PolicyProblem {
     /// The document has no `kind`.
-    #[error("missing `kind`: expected ClusterRole, ClusterRoleBinding or List")]
-    MissingKind,
-    /// `Role` or `RoleBinding`: namespaced, so they can never grant kubelet API access.
     #[error(
-        "a {kind} never grants kubelet API access: kubelet requests have namespace \"\", which \
-         namespaced RBAC objects do not cover; use {replacement} instead"
+        "missing `kind`: expected ClusterRole, ClusterRoleBinding, Role, RoleBinding or a list \
+         of them"
     )]
-    Namespaced {
-        /// `Role` or `RoleBinding`.
-        kind: String,
-        /// `ClusterRole` or `ClusterRoleBinding`.
-        replacement: &'static str,
-    },
+    MissingKind,
     /// Any other kind.
-    #[error("unsupported kind {0:?}: expected ClusterRole, ClusterRoleBinding or List")]
+    #[error(
+        "unsupported kind {0:?}: expected ClusterRole, ClusterRoleBinding, Role, RoleBinding or \
+         a list of them"
+    )]
     UnknownKind(String),
+    /// A Role or RoleBinding without `metadata.namespace`.
+    #[error("metadata.namespace is missing: a {kind} belongs to a namespace")]
+    MissingNamespace {
+        /// `Role` or `RoleBinding`.
+        kind: &'static str,
+    },
     /// The apiVersion does not go with the kind.
     #[error("apiVersion is {found:?}, expected {expected:?}")]
     WrongApiVersion {
@@ -239,23 +280,37 @@ pub enum PolicyProblem {
         /// What is wrong, in the API server's words.
         reason: &'static str,
     },
-    /// A ClusterRoleBinding without `roleRef`.
+    /// A binding without `roleRef`.
     #[error("missing roleRef")]
     MissingRoleRef,
-    /// A roleRef that is not `kind: ClusterRole`, `apiGroup: rbac.authorization.k8s.io`.
+    /// A roleRef that is not `kind: ClusterRole` (or `Role` in a RoleBinding) with
+    /// `apiGroup: rbac.authorization.k8s.io`.
     #[error(
-        "roleRef must have kind \"ClusterRole\" and apiGroup \"rbac.authorization.k8s.io\", \
-         found kind {kind:?} and apiGroup {api_group:?}"
+        "roleRef must have kind {} and apiGroup \"rbac.authorization.k8s.io\", found kind \
+         {kind:?} and apiGroup {api_group:?}",
+        if *binding == "RoleBinding" { "\"Role\" or \"ClusterRole\"" } else { "\"ClusterRole\"" }
     )]
     BadRoleRef {
+        /// The binding's kind.
+        binding: &'static str,
         /// The roleRef's kind.
         kind: String,
         /// The roleRef's apiGroup.
         api_group: String,
     },
-    /// The roleRef names a ClusterRole that none of the policy files defines.
-    #[error("roleRef names ClusterRole {0:?}, which no policy file defines")]
-    MissingRole(String),
+    /// The roleRef names a role that none of the policy files defines.
+    #[error(
+        "roleRef names {kind} {name:?}{}, which no policy file defines",
+        if *kind == "Role" { format!(" in namespace {namespace:?}") } else { String::new() }
+    )]
+    MissingRole {
+        /// `ClusterRole` or `Role`.
+        kind: &'static str,
+        /// The role's name.
+        name: String,
+        /// The binding's namespace (where a Role is looked up); empty for a ClusterRoleBinding.
+        namespace: String,
+    },
     /// A subject whose kind is not User, Group or ServiceAccount: it could never match.
     #[error("subjects[{index}]: unknown kind {kind:?}: expected User, Group or ServiceAccount")]
     UnknownSubjectKind {
@@ -270,7 +325,7 @@ pub enum PolicyProblem {
         /// Position in `subjects`.
         index: usize,
     },
-    /// A ServiceAccount subject without namespace: in a ClusterRoleBinding it never matches.
+    /// A ServiceAccount subject without namespace in a ClusterRoleBinding: it never matches.
     #[error(
         "subjects[{index}]: ServiceAccount {name:?} has no namespace, so it could never match \
          in a ClusterRoleBinding"
@@ -392,10 +447,12 @@ struct RawMetadata {
     #[serde(default)]
     name: String,
     #[serde(default)]
+    namespace: String,
+    #[serde(default)]
     labels: BTreeMap<String, String>,
 }
 
-/// A ClusterRoleBinding's `roleRef`.
+/// A binding's `roleRef`.
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RoleRef {
@@ -407,9 +464,13 @@ struct RoleRef {
     name: String,
 }
 
-/// A ClusterRole's name and definition site, for tools that inspect a policy.
+/// A role's kind, name and definition site, for tools that inspect a policy.
 #[derive(Debug)]
 pub(super) struct RoleSource {
+    /// `ClusterRole` or `Role`.
+    pub(super) kind: &'static str,
+    /// Empty for a ClusterRole.
+    pub(super) namespace: String,
     pub(super) name: String,
     pub(super) origin: Origin,
     /// Labelled `kubernetes.io/bootstrapping: rbac-defaults`: one of Kubernetes' own roles.
@@ -432,7 +493,7 @@ impl Origin {
             source_name: self.source_name.clone(),
             line: self.line,
             object,
-            problem,
+            problem: Box::new(problem),
         }
     }
 }
@@ -443,23 +504,30 @@ impl fmt::Display for Origin {
     }
 }
 
-/// A validated ClusterRoleBinding whose roleRef is not resolved yet (its role may come from a
-/// later file).
+/// A validated binding whose roleRef is not resolved yet (its role may come from a later file).
 #[derive(Debug)]
 struct PendingBinding {
+    kind: Kind,
+    /// Empty for a ClusterRoleBinding.
+    namespace: String,
     name: String,
+    /// `ClusterRole`, or `Role` (RoleBindings only, in the binding's namespace).
+    role_kind: Kind,
     role_name: String,
     subjects: Vec<Subject>,
     origin: Origin,
 }
 
-/// A validated ClusterRole.
+/// A validated ClusterRole or Role.
 #[derive(Debug)]
 struct PendingRole {
+    kind: Kind,
+    /// Empty for a ClusterRole.
+    namespace: String,
     name: String,
     labels: BTreeMap<String, String>,
     rules: Vec<PolicyRule>,
-    /// The selectors to fill `rules` from: an aggregated role written without rules.
+    /// The selectors to fill `rules` from: an aggregated ClusterRole written without rules.
     fill_from: Option<AggregationRule>,
     origin: Origin,
 }
@@ -468,11 +536,12 @@ struct PendingRole {
 #[derive(Debug, Default)]
 struct Loader {
     roles: Vec<PendingRole>,
-    /// Role name → index into `roles`.
-    role_names: HashMap<String, usize>,
+    /// (namespace, name) → index into `roles`; namespace empty for ClusterRoles, so a Role and a
+    /// ClusterRole never share a key.
+    role_names: HashMap<(String, String), usize>,
     bindings: Vec<PendingBinding>,
-    /// Binding name → where it was defined.
-    binding_names: HashMap<String, Origin>,
+    /// (namespace, name) → where the binding was defined, as for `role_names`.
+    binding_names: HashMap<(String, String), Origin>,
 }
 
 impl Loader {
@@ -544,8 +613,18 @@ impl Loader {
         if name.is_empty() {
             return fail(PolicyProblem::MissingName);
         }
-        if kind == Kind::ClusterRole {
-            if let Some(&first) = self.role_names.get(&name) {
+        // A cluster-scoped object's namespace means nothing, as in the API server.
+        let namespace = if kind.is_namespaced() {
+            if raw.metadata.namespace.is_empty() {
+                return fail(PolicyProblem::MissingNamespace { kind: kind.name() });
+            }
+            raw.metadata.namespace
+        } else {
+            String::new()
+        };
+        let key = (namespace, name);
+        if kind.is_role() {
+            if let Some(&first) = self.role_names.get(&key) {
                 return fail(PolicyProblem::Duplicate {
                     first: self.roles[first].origin.to_string(),
                 });
@@ -563,8 +642,11 @@ impl Loader {
                     }
                 }
             }
-            self.role_names.insert(name.clone(), self.roles.len());
+            self.role_names.insert(key.clone(), self.roles.len());
+            let (namespace, name) = key;
             self.roles.push(PendingRole {
+                kind,
+                namespace,
                 name,
                 labels: raw.metadata.labels,
                 // RBAC reads `rules` only; the controller fills them in when they are empty.
@@ -575,7 +657,7 @@ impl Loader {
             return Ok(());
         }
 
-        if let Some(first) = self.binding_names.get(&name) {
+        if let Some(first) = self.binding_names.get(&key) {
             return fail(PolicyProblem::Duplicate {
                 first: first.to_string(),
             });
@@ -583,21 +665,31 @@ impl Loader {
         let Some(role_ref) = raw.role_ref else {
             return fail(PolicyProblem::MissingRoleRef);
         };
-        if role_ref.kind != Kind::ClusterRole.name() || role_ref.api_group != RBAC_API_GROUP {
+        let role_kind = match role_ref.kind.as_str() {
+            "ClusterRole" => Some(Kind::ClusterRole),
+            "Role" if kind == Kind::RoleBinding => Some(Kind::Role),
+            _ => None,
+        };
+        let Some(role_kind) = role_kind.filter(|_| role_ref.api_group == RBAC_API_GROUP) else {
             return fail(PolicyProblem::BadRoleRef {
+                binding: kind.name(),
                 kind: role_ref.kind,
                 api_group: role_ref.api_group,
             });
-        }
+        };
         let subjects = raw.subjects.unwrap_or_default();
         for (index, subject) in subjects.iter().enumerate() {
-            if let Some(problem) = subject_problem(index, subject) {
+            if let Some(problem) = subject_problem(index, subject, kind) {
                 return fail(problem);
             }
         }
-        self.binding_names.insert(name.clone(), origin.clone());
+        self.binding_names.insert(key.clone(), origin.clone());
+        let (namespace, name) = key;
         self.bindings.push(PendingBinding {
+            kind,
+            namespace,
             name,
+            role_kind,
             role_name: role_ref.name,
             subjects,
             origin,
@@ -606,43 +698,76 @@ impl Loader {
     }
 
     /// Fills in aggregated roles, resolves every roleRef, builds the reasons and the subject
-    /// index.
+    /// indexes: one for ClusterRoleBindings, one per namespace for RoleBindings.
     fn finish(self) -> Result<PolicyAuthorizer, PolicyError> {
-        let mut rules: Vec<Vec<PolicyRule>> = Vec::with_capacity(self.roles.len());
-        let mut inputs = Vec::with_capacity(self.roles.len());
-        for role in &self.roles {
-            rules.push(role.rules.clone());
-            inputs.push(AggregationInput {
-                name: &role.name,
-                labels: &role.labels,
-                fill_from: role
+        let mut rules: Vec<Vec<PolicyRule>> = self.roles.iter().map(|r| r.rules.clone()).collect();
+        // Aggregation selects among ClusterRoles only.
+        let cluster_roles: Vec<usize> = (0..self.roles.len())
+            .filter(|&i| self.roles[i].kind == Kind::ClusterRole)
+            .collect();
+        let inputs: Vec<AggregationInput<'_>> = cluster_roles
+            .iter()
+            .map(|&i| AggregationInput {
+                name: &self.roles[i].name,
+                labels: &self.roles[i].labels,
+                fill_from: self.roles[i]
                     .fill_from
                     .as_ref()
                     .map(|a| a.cluster_role_selectors.as_slice()),
-            });
+            })
+            .collect();
+        let mut cluster_rules: Vec<Vec<PolicyRule>> = cluster_roles
+            .iter()
+            .map(|&i| std::mem::take(&mut rules[i]))
+            .collect();
+        aggregate(&inputs, &mut cluster_rules);
+        for (&i, filled) in cluster_roles.iter().zip(cluster_rules) {
+            rules[i] = filled;
         }
-        aggregate(&inputs, &mut rules);
 
         let mut bindings = Vec::with_capacity(self.bindings.len());
         let mut index = SubjectIndex::default();
+        let mut namespaces: HashMap<String, SubjectIndex> = HashMap::new();
+        let role_bindings = self
+            .bindings
+            .iter()
+            .filter(|b| b.kind == Kind::RoleBinding)
+            .count();
         for (binding, pending) in self.bindings.into_iter().enumerate() {
-            let Some(role) = self.role_names.get(&pending.role_name) else {
+            let role_namespace = match pending.role_kind {
+                Kind::Role => pending.namespace.clone(),
+                _ => String::new(),
+            };
+            let Some(&role) = self
+                .role_names
+                .get(&(role_namespace, pending.role_name.clone()))
+            else {
                 return Err(pending.origin.invalid(
-                    describe(Kind::ClusterRoleBinding.name(), &pending.name),
-                    PolicyProblem::MissingRole(pending.role_name),
+                    describe_named(pending.kind, &pending.namespace, &pending.name),
+                    PolicyProblem::MissingRole {
+                        kind: pending.role_kind.name(),
+                        name: pending.role_name,
+                        namespace: pending.namespace,
+                    },
                 ));
+            };
+            let subject_index = if pending.kind == Kind::RoleBinding {
+                namespaces.entry(pending.namespace.clone()).or_default()
+            } else {
+                &mut index
             };
             let mut reasons = Vec::with_capacity(pending.subjects.len());
             for (subject, s) in pending.subjects.iter().enumerate() {
-                reasons.push(Reason::Shared(Arc::from(allow_reason(
-                    &pending.name,
-                    &pending.role_name,
-                    s,
-                ))));
-                index.add(s, Candidate { binding, subject });
+                // A ServiceAccount subject of a RoleBinding defaults to the binding's namespace.
+                let mut s = s.clone();
+                if s.kind == SERVICE_ACCOUNT_KIND && s.namespace.is_empty() {
+                    s.namespace.clone_from(&pending.namespace);
+                }
+                reasons.push(Reason::Shared(Arc::from(allow_reason(&pending, &s))));
+                subject_index.add(&s, Candidate { binding, subject });
             }
             bindings.push(Binding {
-                role: *role,
+                role,
                 reasons: reasons.into_boxed_slice(),
             });
         }
@@ -650,6 +775,8 @@ impl Loader {
             roles: rules.into_iter().map(Vec::into_boxed_slice).collect(),
             bindings,
             index,
+            namespaces,
+            role_bindings,
             role_sources: self
                 .roles
                 .into_iter()
@@ -657,6 +784,8 @@ impl Loader {
                     is_default: role.labels.get(BOOTSTRAPPING_LABEL.0).map(String::as_str)
                         == Some(BOOTSTRAPPING_LABEL.1),
                     aggregated: role.fill_from.is_some(),
+                    kind: role.kind.name(),
+                    namespace: role.namespace,
                     name: role.name,
                     origin: role.origin,
                 })
@@ -687,9 +816,9 @@ fn rule_problem(rule: &PolicyRule) -> Option<&'static str> {
     None
 }
 
-/// Checks one ClusterRoleBinding subject as the API server's validation would, and rejects what
-/// could never match.
-fn subject_problem(index: usize, subject: &Subject) -> Option<PolicyProblem> {
+/// Checks one subject of a binding of kind `binding` as the API server's validation would, and
+/// rejects what could never match.
+fn subject_problem(index: usize, subject: &Subject, binding: Kind) -> Option<PolicyProblem> {
     let api_group_ok = match subject.kind.as_str() {
         USER_KIND | GROUP_KIND => {
             subject.api_group.is_empty() || subject.api_group == RBAC_API_GROUP
@@ -712,7 +841,11 @@ fn subject_problem(index: usize, subject: &Subject) -> Option<PolicyProblem> {
             api_group: subject.api_group.clone(),
         });
     }
-    if subject.kind == SERVICE_ACCOUNT_KIND && subject.namespace.is_empty() {
+    // In a RoleBinding it defaults to the binding's namespace.
+    if subject.kind == SERVICE_ACCOUNT_KIND
+        && subject.namespace.is_empty()
+        && binding == Kind::ClusterRoleBinding
+    {
         return Some(PolicyProblem::ServiceAccountWithoutNamespace {
             index,
             name: subject.name.clone(),
@@ -721,42 +854,50 @@ fn subject_problem(index: usize, subject: &Subject) -> Option<PolicyProblem> {
     None
 }
 
-/// `ClusterRoleBinding "x"`, `ClusterRole` (no name), or `document` (no or unknown kind, which
-/// the problem itself reports), for messages.
+/// `ClusterRoleBinding "x"`, `Role "ns/x"`, `ClusterRole` (no name), or `document` (no or
+/// unknown kind, which the problem itself reports), for messages.
 fn describe_object(raw: &RawObject) -> String {
-    let known = [
-        Kind::ClusterRole.name(),
-        Kind::ClusterRoleBinding.name(),
-        Kind::List.name(),
-        Kind::ClusterRoleList.name(),
-        Kind::ClusterRoleBindingList.name(),
-        "Role",
-        "RoleBinding",
-    ];
-    match (raw.kind.as_str(), raw.metadata.name.as_str()) {
-        (kind, _) if !known.contains(&kind) => "document".to_owned(),
-        (kind, "") => kind.to_owned(),
-        (kind, name) => describe(kind, name),
+    match (Kind::parse(&raw.kind, false), raw.metadata.name.as_str()) {
+        (Err(_), _) => "document".to_owned(),
+        (Ok(kind), "") => kind.name().to_owned(),
+        (Ok(kind), name) => describe_named(kind, &raw.metadata.namespace, name),
     }
 }
 
-/// `<kind> "<name>"`, the name quoted so that it cannot break the message.
-fn describe(kind: &str, name: &str) -> String {
-    format!("{kind} {}", go_quote(name))
+/// `<kind> "<name>"`, or `<kind> "<namespace>/<name>"` for namespaced kinds, quoted so that it
+/// cannot break the message.
+fn describe_named(kind: Kind, namespace: &str, name: &str) -> String {
+    if kind.is_namespaced() && !namespace.is_empty() {
+        format!(
+            "{} {}",
+            kind.name(),
+            go_quote(&format!("{namespace}/{name}"))
+        )
+    } else {
+        format!("{} {}", kind.name(), go_quote(name))
+    }
 }
 
-/// RBAC's allow reason for a ClusterRoleBinding, subject described as upstream's
-/// `describeSubject`: `User "u"`, `Group "g"`, `ServiceAccount "name/namespace"`.
-fn allow_reason(binding: &str, role: &str, subject: &Subject) -> String {
+/// RBAC's allow reason (kubernetes `pkg/registry/rbac/validation/rule.go`,
+/// `clusterRoleBindingDescriber` and `roleBindingDescriber`): `ClusterRoleBinding "b" of
+/// ClusterRole "r" to User "u"`, `RoleBinding "b/ns" of Role "r" to Group "g"`; a ServiceAccount
+/// subject as `ServiceAccount "name/namespace"`, its namespace defaulted to the binding's.
+fn allow_reason(binding: &PendingBinding, subject: &Subject) -> String {
     let subject_name = if subject.kind == SERVICE_ACCOUNT_KIND {
         go_quote(&format!("{}/{}", subject.name, subject.namespace))
     } else {
         go_quote(&subject.name)
     };
+    let binding_name = if binding.kind == Kind::RoleBinding {
+        go_quote(&format!("{}/{}", binding.name, binding.namespace))
+    } else {
+        go_quote(&binding.name)
+    };
     format!(
-        "RBAC: allowed by ClusterRoleBinding {} of ClusterRole {} to {} {subject_name}",
-        go_quote(binding),
-        go_quote(role),
+        "RBAC: allowed by {} {binding_name} of {} {} to {} {subject_name}",
+        binding.kind.name(),
+        binding.role_kind.name(),
+        go_quote(&binding.role_name),
         subject.kind,
     )
 }

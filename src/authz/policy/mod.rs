@@ -1,4 +1,5 @@
-//! The `Policy` authorizer: local RBAC from ClusterRole / ClusterRoleBinding manifests, evaluated
+//! The `Policy` authorizer: local RBAC from ClusterRole / ClusterRoleBinding manifests (and Role /
+//! RoleBinding, which only the pod-level attributes of `--pod-scoped-authz` can match), evaluated
 //! like the API server's RBAC authorizer, so kubelet access rules hold while the API server is down.
 //! Manifests are validated and indexed by subject once at load; a request only visits its bindings.
 
@@ -7,16 +8,21 @@ mod index;
 pub mod lint;
 mod load;
 
+use std::collections::HashMap;
+
 use super::rbac::{PolicyRule, RuleRequest, rule_allows};
-use super::{Attributes, Decision, RESOURCE, Reason};
+use super::{Attributes, Decision, Reason};
 use index::{Binding, Candidate, SubjectIndex};
 use load::RoleSource;
 
 pub use load::{MAX_POLICY_FILE_BYTES, PolicyError, PolicyProblem};
 
-/// The reason given when no binding allows a request.
+/// The reason given when no binding allows a kubelet (cluster-wide) attribute set.
 const NO_BINDING_ALLOWS: Reason =
     Reason::Static("no ClusterRoleBinding of the local policy allows the request");
+/// The reason given when no binding allows a pod-level (namespaced) attribute set.
+const NO_BINDING_ALLOWS_IN_NAMESPACE: Reason =
+    Reason::Static("no ClusterRoleBinding or RoleBinding of the local policy allows the request");
 
 /// Counts of what a policy holds, for the start-up log line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,7 +31,11 @@ pub struct PolicyStats {
     pub cluster_roles: usize,
     /// ClusterRoleBindings loaded.
     pub cluster_role_bindings: usize,
-    /// Rules over all ClusterRoles.
+    /// Roles loaded.
+    pub roles: usize,
+    /// RoleBindings loaded.
+    pub role_bindings: usize,
+    /// Rules over all ClusterRoles and Roles.
     pub rules: usize,
 }
 
@@ -39,12 +49,16 @@ pub struct PolicyStats {
 /// order given, documents and List items in file order) gives the reason.
 #[derive(Debug)]
 pub struct PolicyAuthorizer {
-    /// Rules of each ClusterRole, by role index.
+    /// Rules of each ClusterRole and Role, by role index.
     roles: Vec<Box<[PolicyRule]>>,
-    /// ClusterRoleBindings in load order.
+    /// ClusterRoleBindings and RoleBindings in load order.
     bindings: Vec<Binding>,
-    /// The bindings that name each user and group.
+    /// The ClusterRoleBindings that name each user and group.
     index: SubjectIndex,
+    /// The RoleBindings of each namespace that name each user and group.
+    namespaces: HashMap<String, SubjectIndex>,
+    /// How many of `bindings` are RoleBindings.
+    role_bindings: usize,
     /// Name and definition site of each ClusterRole, by role index; read only by [`roles`]
     /// (`explain`'s policy warnings), never on the request path.
     ///
@@ -52,10 +66,14 @@ pub struct PolicyAuthorizer {
     role_sources: Vec<RoleSource>,
 }
 
-/// One ClusterRole of a loaded policy as written, for tools that inspect a policy (`explain`'s
-/// warnings about rules no kubelet request can match).
+/// One ClusterRole or Role of a loaded policy as written, for tools that inspect a policy
+/// (`explain`'s warnings about rules no kubelet request can match).
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyRole<'a> {
+    /// `ClusterRole` or `Role`.
+    pub kind: &'static str,
+    /// `metadata.namespace` of a Role; empty for a ClusterRole.
+    pub namespace: &'a str,
     /// `metadata.name`.
     pub name: &'a str,
     /// The file (or in-memory source name) that defines it.
@@ -75,20 +93,35 @@ pub struct PolicyRole<'a> {
 impl PolicyAuthorizer {
     /// What the policy holds, for operators (logged at start-up).
     pub fn stats(&self) -> PolicyStats {
+        let roles = self
+            .role_sources
+            .iter()
+            .filter(|r| !r.namespace.is_empty())
+            .count();
         PolicyStats {
-            cluster_roles: self.roles.len(),
-            cluster_role_bindings: self.bindings.len(),
+            cluster_roles: self.roles.len() - roles,
+            cluster_role_bindings: self.bindings.len() - self.role_bindings,
+            roles,
+            role_bindings: self.role_bindings,
             rules: self.roles.iter().map(|rules| rules.len()).sum(),
         }
     }
 
-    /// Every ClusterRole in load order, with where it was defined, so its rules can be checked
+    /// The namespaces some RoleBinding is in: where the pod-level sets of `--pod-scoped-authz`
+    /// can be allowed by a RoleBinding.
+    pub fn binding_namespaces(&self) -> impl Iterator<Item = &str> {
+        self.namespaces.keys().map(String::as_str)
+    }
+
+    /// Every ClusterRole and Role in load order, with where it was defined, so its rules can be checked
     /// against what the kubelet ever asks.
     pub fn roles(&self) -> impl Iterator<Item = PolicyRole<'_>> {
         self.roles
             .iter()
             .zip(&self.role_sources)
             .map(|(rules, source)| PolicyRole {
+                kind: source.kind,
+                namespace: &source.namespace,
                 name: &source.name,
                 source_name: &source.origin.source_name,
                 line: source.origin.line,
@@ -98,21 +131,45 @@ impl PolicyAuthorizer {
             })
     }
 
-    /// Decides one kubelet attribute: `Allow` with RBAC's reason
-    /// (`RBAC: allowed by ClusterRoleBinding "<b>" of ClusterRole "<r>" to <subject>`, naming the
-    /// binding's first subject that applies), else `NoOpinion`. Never `Deny`, so later
+    /// Decides one attribute set as RBAC does: the ClusterRoleBindings first, then, for a
+    /// namespaced set (the pod-level one), the RoleBindings of its namespace. `Allow` with RBAC's
+    /// reason (`RBAC: allowed by ClusterRoleBinding "<b>" of ClusterRole "<r>" to <subject>`,
+    /// naming the binding's first subject that applies), else `NoOpinion`. Never `Deny`, so later
     /// authorizers are still asked.
     pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
         let request = RuleRequest {
             verb: attrs.verb,
             api_group: "",
-            resource: RESOURCE,
+            resource: attrs.resource,
             subresource: attrs.subresource,
             name: attrs.name,
             resource_request: true,
             path: attrs.path,
         };
-        let lists = self.index.lists(attrs.user);
+        let namespaced = (!attrs.namespace.is_empty())
+            .then(|| self.namespaces.get(attrs.namespace))
+            .flatten();
+        for index in std::iter::once(&self.index).chain(namespaced) {
+            if let Some(decision) = self.first_allowing(index, attrs, &request) {
+                return decision;
+            }
+        }
+        Decision::NoOpinion(if attrs.namespace.is_empty() {
+            NO_BINDING_ALLOWS
+        } else {
+            NO_BINDING_ALLOWS_IN_NAMESPACE
+        })
+    }
+
+    /// The `Allow` of the first binding in `index` (lowest in load order) that applies to the
+    /// user and allows `request`.
+    fn first_allowing(
+        &self,
+        index: &SubjectIndex,
+        attrs: &Attributes<'_>,
+        request: &RuleRequest<'_>,
+    ) -> Option<Decision> {
+        let lists = index.lists(attrs.user);
         // The allowing candidate with the lowest (binding, subject): each list is sorted, so it
         // is abandoned as soon as it reaches a binding after the best found so far.
         let mut best: Option<Candidate> = None;
@@ -126,7 +183,7 @@ impl PolicyAuthorizer {
                         }
                         break;
                     }
-                    _ if self.binding_allows(candidate.binding, &request) => {
+                    _ if self.binding_allows(candidate.binding, request) => {
                         best = Some(candidate);
                         break;
                     }
@@ -134,10 +191,7 @@ impl PolicyAuthorizer {
                 }
             }
         }
-        match best {
-            Some(c) => Decision::Allow(self.bindings[c.binding].reasons[c.subject].clone()),
-            None => Decision::NoOpinion(NO_BINDING_ALLOWS),
-        }
+        best.map(|c| Decision::Allow(self.bindings[c.binding].reasons[c.subject].clone()))
     }
 
     /// Whether some rule of the role of binding `binding` allows `request`.

@@ -50,6 +50,8 @@ fn decide(p: &PolicyAuthorizer, u: &User, verb: &str, subresource: &str, node: &
     p.authorize(&Attributes {
         user: u,
         verb,
+        namespace: "",
+        resource: "nodes",
         subresource,
         name: node,
         path: "/",
@@ -94,6 +96,8 @@ fn kubelet_allows(
         match p.authorize(&Attributes {
             user: u,
             verb: &verb,
+            namespace: "",
+            resource: "nodes",
             subresource: sub,
             name: node,
             path,
@@ -112,7 +116,7 @@ fn invalid(result: Result<PolicyAuthorizer, PolicyError>) -> (PolicyProblem, Str
             let PolicyError::Invalid { problem, .. } = e else {
                 unreachable!()
             };
-            (problem, message)
+            (*problem, message)
         }
         other => panic!("expected an Invalid error, got {other:?}"),
     }
@@ -178,41 +182,137 @@ fn resource_names_limit_access_to_one_node() {
     assert_eq!(kubelet_allows(&p, &ops, "n2", "GET", "/pods"), None);
 }
 
+/// RBAC's namespaced rules (kubernetes `pkg/registry/rbac/validation/rule.go` `VisitRulesFor`):
+/// ClusterRoleBindings first, then the RoleBindings of the request's namespace, which reach a
+/// Role of that namespace or a ClusterRole; a ServiceAccount subject without namespace is the
+/// binding's. Kubelet attribute sets have no namespace, so RoleBindings never apply to them.
 #[test]
-fn role_binding_is_rejected_because_it_never_applies() {
-    let rb = "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
-                  metadata: {name: proxy, namespace: mon}\nroleRef: {apiGroup: rbac.authorization.k8s.io, \
-                  kind: ClusterRole, name: kubelet-metrics-reader}\nsubjects: []\n";
-    let (problem, message) = invalid(policy(&[(
-        "rb.yaml",
-        &format!("{METRICS_READER}---\n{rb}"),
-    )]));
+fn role_bindings_apply_only_in_their_namespace() {
+    let text = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: debugger, namespace: team-a}
+rules:
+- {apiGroups: [""], resources: [pods/exec], verbs: [create]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: log-reader}
+rules:
+- {apiGroups: [""], resources: [pods/log, nodes/proxy], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBindingList
+items:
+- metadata: {name: debuggers, namespace: team-a}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: debugger}
+  subjects:
+  - {kind: Group, name: team-a-devs}
+  - {kind: ServiceAccount, name: shipper}
+- metadata: {name: logs, namespace: team-b}
+  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: log-reader}
+  subjects: [{kind: ServiceAccount, name: shipper, namespace: team-a}]
+"#;
+    let p = policy(&[("ns.yaml", text)]).unwrap();
     assert_eq!(
-        problem,
-        PolicyProblem::Namespaced {
-            kind: "RoleBinding".into(),
-            replacement: "ClusterRoleBinding"
+        p.stats(),
+        PolicyStats {
+            cluster_roles: 1,
+            cluster_role_bindings: 0,
+            roles: 1,
+            role_bindings: 2,
+            rules: 2,
         }
     );
-    assert!(
-        message.starts_with("rb.yaml:11: RoleBinding \"proxy\": "),
-        "{message}"
+    let pod = |u: &User, verb: &'static str, ns: &'static str, sub: &'static str| {
+        p.authorize(&Attributes {
+            user: u,
+            verb,
+            namespace: ns,
+            resource: "pods",
+            subresource: sub,
+            name: "web-0",
+            path: "/",
+        })
+    };
+    let dev = user("dana", &["team-a-devs"]);
+    assert_eq!(
+        allow_reason_of(pod(&dev, "create", "team-a", "exec")),
+        "RBAC: allowed by RoleBinding \"debuggers/team-a\" of Role \"debugger\" to Group \"team-a-devs\""
     );
-    assert!(
-        message.contains("namespace \"\"") && message.contains("use ClusterRoleBinding"),
-        "{message}"
-    );
-
-    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}\n";
-    let (problem, message) = invalid(policy(&[("r.yaml", role)]));
     assert!(matches!(
-        problem,
-        PolicyProblem::Namespaced {
-            replacement: "ClusterRole",
-            ..
-        }
+        pod(&dev, "create", "team-b", "exec"),
+        Decision::NoOpinion(_)
     ));
-    assert!(message.contains("use ClusterRole instead"), "{message}");
+    assert!(matches!(
+        pod(&dev, "get", "team-a", "log"),
+        Decision::NoOpinion(_)
+    ));
+    let shipper = user("system:serviceaccount:team-a:shipper", &[]);
+    assert_eq!(
+        allow_reason_of(pod(&shipper, "create", "team-a", "exec")),
+        "RBAC: allowed by RoleBinding \"debuggers/team-a\" of Role \"debugger\" to ServiceAccount \"shipper/team-a\""
+    );
+    assert_eq!(
+        allow_reason_of(pod(&shipper, "get", "team-b", "log")),
+        "RBAC: allowed by RoleBinding \"logs/team-b\" of ClusterRole \"log-reader\" to ServiceAccount \"shipper/team-a\""
+    );
+    // The ClusterRole's nodes/proxy rule, reached through a RoleBinding, never applies to the
+    // kubelet's own attributes (namespace "").
+    assert!(matches!(
+        decide(&p, &shipper, "get", "proxy", "node-1"),
+        Decision::NoOpinion(_)
+    ));
+}
+
+#[test]
+fn namespaced_objects_need_a_namespace_and_a_role_in_it() {
+    let role_ref = "roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: r}";
+    let cases: Vec<(String, &str, PolicyProblem)> = vec![
+        (
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}\n".into(),
+            "Role \"r\"",
+            PolicyProblem::MissingNamespace { kind: "Role" },
+        ),
+        (
+            format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: b, namespace: a}}\n{role_ref}\n"
+            ),
+            "RoleBinding \"a/b\"",
+            PolicyProblem::MissingRole {
+                kind: "Role",
+                name: "r".into(),
+                namespace: "a".into(),
+            },
+        ),
+        (
+            format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: b}}\n{role_ref}\n"
+            ),
+            "ClusterRoleBinding \"b\"",
+            PolicyProblem::BadRoleRef {
+                binding: "ClusterRoleBinding",
+                kind: "Role".into(),
+                api_group: RBAC_API_GROUP.into(),
+            },
+        ),
+    ];
+    // A Role "r" exists, but in namespace "other".
+    let other = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r, namespace: other}\n";
+    for (text, object, want) in cases {
+        let (problem, message) = invalid(policy(&[("ns.yaml", &format!("{other}---\n{text}"))]));
+        assert_eq!(problem, want, "{text}");
+        assert_eq!(message, format!("ns.yaml:5: {object}: {want}"), "{text}");
+    }
+    assert_eq!(
+        PolicyProblem::MissingRole {
+            kind: "Role",
+            name: "r".into(),
+            namespace: "a".into()
+        }
+        .to_string(),
+        "roleRef names Role \"r\" in namespace \"a\", which no policy file defines"
+    );
 }
 
 #[test]
@@ -318,6 +418,8 @@ fn first_allowing_binding_in_load_order_is_named() {
         PolicyStats {
             cluster_roles: 2,
             cluster_role_bindings: 4,
+            roles: 0,
+            role_bindings: 0,
             rules: 2
         }
     );
@@ -380,6 +482,8 @@ items:
         PolicyStats {
             cluster_roles: 1,
             cluster_role_bindings: 1,
+            roles: 0,
+            role_bindings: 0,
             rules: 2
         }
     );
@@ -585,17 +689,17 @@ fn manifest_errors_name_file_line_object_and_problem() {
             (
                 format!("{rbac}\nkind: ClusterRoleBinding\nmetadata: {{name: b}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: r}}\n"),
                 "ClusterRoleBinding \"b\"",
-                PolicyProblem::BadRoleRef { kind: "Role".into(), api_group: RBAC_API_GROUP.into() },
+                PolicyProblem::BadRoleRef { binding: "ClusterRoleBinding", kind: "Role".into(), api_group: RBAC_API_GROUP.into() },
             ),
             (
                 format!("{rbac}\nkind: ClusterRoleBinding\nmetadata: {{name: b}}\nroleRef: {{kind: ClusterRole, name: kubelet-metrics-reader}}\n"),
                 "ClusterRoleBinding \"b\"",
-                PolicyProblem::BadRoleRef { kind: "ClusterRole".into(), api_group: String::new() },
+                PolicyProblem::BadRoleRef { binding: "ClusterRoleBinding", kind: "ClusterRole".into(), api_group: String::new() },
             ),
             (
                 format!("{rbac}\nkind: ClusterRoleBinding\nmetadata: {{name: b}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: nowhere}}\n"),
                 "ClusterRoleBinding \"b\"",
-                PolicyProblem::MissingRole("nowhere".into()),
+                PolicyProblem::MissingRole { kind: "ClusterRole", name: "nowhere".into(), namespace: String::new() },
             ),
             (
                 format!("{rbac}\nkind: ClusterRoleBinding\nmetadata: {{name: b}}\n{role_ref}\nsubjects:\n- {{kind: User, name: a}}\n- {{kind: user, name: a}}\n"),
