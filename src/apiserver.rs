@@ -28,8 +28,10 @@ use serde::de::DeserializeOwned;
 use crate::metrics::{ApiCallLabels, Metrics, ReviewKind};
 use crate::reload::{ReloadError, ReloadTarget, Reloadable};
 
+pub mod failure;
 mod gate;
 
+use failure::FailureReports;
 use gate::ReviewGate;
 pub use gate::{Refused, WAITING_PER_PERMIT};
 
@@ -318,6 +320,8 @@ pub struct ApiServerClient {
     metrics: Arc<Metrics>,
     /// TokenReviews in flight, then SubjectAccessReviews.
     gates: Arc<[ReviewGate; 2]>,
+    /// Failed reviews, reported once a minute per kind and cause.
+    failures: Arc<FailureReports>,
 }
 
 impl std::fmt::Debug for ApiServerClient {
@@ -351,6 +355,7 @@ impl ApiServerClient {
             timeout,
             metrics,
             gates,
+            failures: Arc::default(),
         }
     }
 
@@ -471,6 +476,8 @@ impl ApiServerClient {
                 Ok((_, bytes)) => return Ok(bytes),
                 Err(AttemptError { error, retry }) => {
                     if !retry || attempt == MAX_ATTEMPTS {
+                        self.metrics.review_failed(kind, failure::cause(&error));
+                        self.failures.report(kind, &error);
                         return Err(error);
                     }
                     let delay = backoff(attempt);

@@ -173,6 +173,16 @@ pub struct UpstreamErrorLabels {
     pub cause: &'static str,
 }
 
+/// Labels of reviews that failed after their retries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReviewFailureLabels {
+    /// The review made.
+    pub kind: ReviewKind,
+    /// The cause: `unreachable`, `timeout`, `unauthorized`, `forbidden`, `throttled`,
+    /// `server_error`, `status` or `invalid_answer`.
+    pub cause: &'static str,
+}
+
 /// Labels of reloads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReloadLabels {
@@ -209,6 +219,7 @@ pub struct Metrics {
     cache_lookups: Family<CacheLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    review_failures: Family<ReviewFailureLabels, Counter>,
     audit_dropped: Counter,
     audit_suppressed: Counter,
 }
@@ -315,6 +326,12 @@ impl Metrics {
             "Requests that could not be forwarded because the kubelet could not be reached, by cause",
             upstream_errors.clone(),
         );
+        let review_failures = Family::<ReviewFailureLabels, Counter>::default();
+        registry.register(
+            "apiserver_review_failures",
+            "TokenReviews and SubjectAccessReviews that failed after their retries, by cause; each failed its request closed",
+            review_failures.clone(),
+        );
         let audit_dropped = Counter::default();
         registry.register(
             "audit_events_dropped",
@@ -344,6 +361,7 @@ impl Metrics {
             cache_lookups,
             reloads,
             upstream_errors,
+            review_failures,
             audit_dropped,
             audit_suppressed,
         }
@@ -437,6 +455,13 @@ impl Metrics {
     pub fn upstream_failed(&self, cause: &'static str) {
         self.upstream_errors
             .get_or_create(&UpstreamErrorLabels { cause })
+            .inc();
+    }
+
+    /// Counts a review that failed after its retries, by cause.
+    pub fn review_failed(&self, kind: ReviewKind, cause: &'static str) {
+        self.review_failures
+            .get_or_create(&ReviewFailureLabels { kind, cause })
             .inc();
     }
 

@@ -9,9 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::apiserver::{ApiCallError, ApiServerClient, ApiServerSettings};
+use crate::apiserver::{ApiCallError, ApiServerClient, ApiServerSettings, failure};
 use crate::config::{AuthorizerSettings, Settings};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReviewKind};
 use crate::shutdown::Shutdown;
 
 /// How long each check waits for its answer.
@@ -140,14 +140,11 @@ fn source_of(kubeconfig: Option<&Path>) -> String {
     }
 }
 
-/// What to look at for a failed call.
+/// What to look at for a failed SelfSubjectAccessReview: the hint the server logs for a failed
+/// review, except for a 403, which here refuses the question itself, not a permission to review.
 fn hint(error: &ApiCallError) -> &'static str {
     match error {
-        ApiCallError::Status { code: 401, .. } => {
-            ": the credentials were refused (an expired or unknown client certificate, or a \
-             revoked token)"
-        }
-        ApiCallError::Transport(_) => ": check the kubeconfig's server address and CA",
-        _ => "",
+        ApiCallError::Status { code: 403, .. } => "",
+        _ => failure::hint(ReviewKind::SubjectAccessReview, error),
     }
 }

@@ -188,19 +188,28 @@ fn certificate_cause(error: &CertificateError) -> Diagnosis {
     }
 }
 
-/// Admits one report per cause per minute, so a kubelet that is down does not turn into a log
-/// line per request, while every new cause is reported at once.
-#[derive(Debug, Default)]
-pub struct Reports {
-    last: std::sync::Mutex<Vec<(Cause, std::time::Instant)>>,
+/// Admits one report per cause per minute, so a kubelet (or an API server) that is down does not
+/// turn into a log line per request, while every new cause is reported at once. `K` is the cause:
+/// the upstream [`Cause`], or a review kind and its cause.
+#[derive(Debug)]
+pub struct Reports<K = Cause> {
+    last: std::sync::Mutex<Vec<(K, std::time::Instant)>>,
+}
+
+impl<K> Default for Reports<K> {
+    fn default() -> Reports<K> {
+        Reports {
+            last: std::sync::Mutex::new(Vec::new()),
+        }
+    }
 }
 
 /// How often one cause is reported.
 const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
-impl Reports {
+impl<K: PartialEq + Copy> Reports<K> {
     /// Whether a failure with `cause` should be reported now; records it if so.
-    pub fn admit(&self, cause: Cause) -> bool {
+    pub fn admit(&self, cause: K) -> bool {
         let Ok(mut last) = self.last.lock() else {
             return true;
         };

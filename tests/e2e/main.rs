@@ -9,6 +9,7 @@ mod support;
 mod test_data;
 
 mod admin;
+mod apiserver_failures;
 mod audit;
 mod audit_bounds;
 mod authorization;

@@ -1,0 +1,102 @@
+//! A review the API server refuses or cannot answer is said at the default log level with its
+//! cause and what to do, once a minute per kind and cause, and counted by cause, while every
+//! request it concerned fails closed.
+
+use http::StatusCode;
+
+use crate::support::TempDir;
+use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, TokenUser};
+use crate::support::client::{Client, Identity, empty, request};
+use crate::support::metrics::total;
+use crate::support::pki::{Authority, CertSpec};
+use crate::support::process::{ProxyProcess, proxy_config};
+
+#[tokio::test]
+async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
+    let mut api = ApiServer::start().await;
+    api.add_token("tok", TokenUser::new("carol"));
+    let kubelet = kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None)
+        .await
+        .unwrap();
+    let dir = TempDir::new("apiserver-failures");
+    let ca = Authority::root("apiserver failures CA");
+    let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
+    let config = proxy_config(
+        &dir,
+        &ca,
+        &format!("http://{}", kubelet.addr().unwrap()),
+        &format!(
+            "authenticationTokenWebhook: true\nkubeconfig: {}\n",
+            kubeconfig.display()
+        ),
+    );
+    let args = [
+        "--config".to_owned(),
+        config,
+        "--authorization-mode=Webhook".to_owned(),
+    ];
+    let proxy = ProxyProcess::start(&dir, "proxy", &args, &[]).await;
+    let alice = Client::new(
+        ca.cert(),
+        proxy.addr(),
+        Identity::of(&ca.issue(&CertSpec::client("alice"))),
+    );
+
+    // Three SubjectAccessReviews refused with 403 (distinct paths: no cache, no coalescing).
+    api.inject(Kind::SubjectAccessReview, Fault::Forbidden, 3);
+    for path in ["/stats/summary", "/metrics", "/spec/"] {
+        let reply = alice.get(path).await;
+        assert_eq!(reply.status, StatusCode::INTERNAL_SERVER_ERROR, "{path}");
+    }
+    // A TokenReview that cannot reach the API server: another kind and cause, reported too.
+    api.stop().await;
+    let token = Client::new(ca.cert(), proxy.addr(), Identity::None);
+    let reply = token
+        .send(
+            request("GET", "/pods")
+                .header("authorization", "Bearer tok")
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+
+    let log = proxy.stderr();
+    let forbidden: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.contains("SubjectAccessReview failed (fails closed): API server answered 403")
+        })
+        .collect();
+    assert_eq!(forbidden.len(), 1, "one report a minute: {log}");
+    assert!(
+        forbidden[0].contains("WARN")
+            && forbidden[0].contains("bind it to the ClusterRole system:auth-delegator"),
+        "{}",
+        forbidden[0]
+    );
+    assert!(
+        log.lines().any(|l| l
+            .contains("TokenReview failed (fails closed): API server unreachable")
+            && l.contains("check the kubeconfig's server address and CA")),
+        "{log}"
+    );
+    assert!(
+        !log.contains("Bearer tok") && !log.contains("\"tok\""),
+        "{log}"
+    );
+
+    let metrics = crate::support::client::plain_get(proxy.admin_addr(), "/metrics")
+        .await
+        .text();
+    let failures = |kind: &str, cause: &str| {
+        total(
+            &metrics,
+            "kubelet_auth_proxy_apiserver_review_failures_total",
+            &[("kind", kind), ("cause", cause)],
+        )
+    };
+    assert_eq!(failures("SubjectAccessReview", "forbidden"), 3.0);
+    assert_eq!(failures("TokenReview", "unreachable"), 1.0);
+    drop(kubelet);
+}
