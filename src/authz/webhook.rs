@@ -157,17 +157,23 @@ struct ConditionErrorLog {
 }
 
 impl ConditionErrorLog {
-    fn report(&self, authorizer: &str, failure_policy: FailurePolicy, error: &MatchError) {
-        let now = Instant::now();
+    /// Whether an error met at `now` is logged; if so, with how many were not since the last.
+    fn admit(&self, now: Instant) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last
+            .is_some_and(|at| now.saturating_duration_since(at) < CONDITION_ERROR_REPORT_INTERVAL)
         {
-            let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
-            if last.is_some_and(|at| now.duration_since(at) < CONDITION_ERROR_REPORT_INTERVAL) {
-                self.unreported.fetch_add(1, Ordering::Relaxed);
-                return;
-            }
-            *last = Some(now);
+            self.unreported.fetch_add(1, Ordering::Relaxed);
+            return None;
         }
-        let suppressed = self.unreported.swap(0, Ordering::Relaxed);
+        *last = Some(now);
+        Some(self.unreported.swap(0, Ordering::Relaxed))
+    }
+
+    fn report(&self, authorizer: &str, failure_policy: FailurePolicy, error: &MatchError) {
+        let Some(suppressed) = self.admit(Instant::now()) else {
+            return;
+        };
         tracing::warn!(
             authorizer,
             failure_policy = ?failure_policy,
@@ -307,6 +313,18 @@ mod tests {
                 "groups": ["system:unauthenticated"]
             })
         );
+    }
+
+    #[test]
+    fn condition_errors_are_logged_once_a_minute_with_the_count_not_logged() {
+        let log = ConditionErrorLog::default();
+        let start = Instant::now();
+        assert_eq!(log.admit(start), Some(0));
+        assert_eq!(log.admit(start + Duration::from_secs(1)), None);
+        assert_eq!(log.admit(start + Duration::from_secs(59)), None);
+        assert_eq!(log.admit(start + Duration::from_secs(60)), Some(2));
+        assert_eq!(log.admit(start + Duration::from_secs(61)), None);
+        assert_eq!(log.admit(start + Duration::from_secs(121)), Some(1));
     }
 
     #[test]
