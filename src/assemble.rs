@@ -181,9 +181,7 @@ fn decider(
                 let client = clients.get(*apiserver, reloads);
                 Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
                     client,
-                    spec.authorized_ttl,
-                    spec.unauthorized_ttl,
-                    spec.failure_policy,
+                    &spec,
                     Arc::clone(metrics),
                 )))
             }

@@ -21,8 +21,9 @@ use crate::audit::{Authorization as AuditAuthorization, ObjectRef};
 use crate::authn::{Authentication, User};
 use crate::authz::attributes::{AttributeMapping, KubeletAttributes, Subresources};
 use crate::authz::attributes::{kubelet_attributes, verb_for_method};
+use crate::authz::match_conditions::ConditionTrace;
 use crate::authz::pod_attributes::{PodAttributes, pod_attributes};
-use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, Decision, Reason};
+use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, ChainEvent, Decision, Reason};
 use crate::authz::{POD_RESOURCE, RESOURCE};
 use crate::canonical_path::{PathCheck, PathError, check_path};
 use crate::metrics::Outcome;
@@ -44,6 +45,15 @@ pub struct Decider {
 pub trait Observer {
     /// The path is canonical; `decoded` is what the attributes are computed from.
     fn canonical(&mut self, _decoded: &str) {}
+    /// One of a Webhook authorizer's match conditions was evaluated (or not, after a false one)
+    /// on one attribute set, before that authorizer's answer.
+    fn condition(
+        &mut self,
+        _subresource: &'static str,
+        _authorizer: &Authorizer,
+        _condition: ConditionTrace<'_>,
+    ) {
+    }
     /// One authorizer answered on one attribute set; authorizers after the deciding one are not
     /// asked and not shown.
     fn answered(
@@ -71,6 +81,15 @@ impl Observer for Unobserved {}
 impl<T: Observer> Observer for &mut T {
     fn canonical(&mut self, decoded: &str) {
         (**self).canonical(decoded);
+    }
+
+    fn condition(
+        &mut self,
+        subresource: &'static str,
+        authorizer: &Authorizer,
+        condition: ConditionTrace<'_>,
+    ) {
+        (**self).condition(subresource, authorizer, condition);
     }
 
     fn answered(
@@ -257,8 +276,11 @@ pub async fn authorize_request(
     let pod_set = pod.map(|pod| (pod.label, pod.attributes(user, path)));
     for (subresource, attrs) in node_sets.chain(pod_set) {
         let result = chain
-            .authorize_observed(&attrs, |authorizer, answer| {
-                observer.answered(subresource, authorizer, answer);
+            .authorize_observed(&attrs, |authorizer, event| match event {
+                ChainEvent::Condition(condition) => {
+                    observer.condition(subresource, authorizer, condition);
+                }
+                ChainEvent::Answer(answer) => observer.answered(subresource, authorizer, answer),
             })
             .await;
         observer.decided(subresource, &result);

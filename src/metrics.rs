@@ -183,6 +183,14 @@ pub struct ReviewFailureLabels {
     pub cause: &'static str,
 }
 
+/// Labels of a webhook authorizer's metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct AuthorizerLabels {
+    /// The authorizer's name in `--authorization-config` (`webhook` for
+    /// `--authorization-mode=Webhook`): a fixed set, from the configuration.
+    pub name: String,
+}
+
 /// Labels of reloads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReloadLabels {
@@ -222,6 +230,8 @@ pub struct Metrics {
     review_failures: Family<ReviewFailureLabels, Counter>,
     audit_dropped: Counter,
     audit_suppressed: Counter,
+    match_condition_exclusions: Family<AuthorizerLabels, Counter>,
+    match_condition_errors: Family<AuthorizerLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -344,6 +354,18 @@ impl Metrics {
             "Audit events of requests refused before authentication not written: beyond 20 a second",
             audit_suppressed.clone(),
         );
+        let match_condition_exclusions = Family::<AuthorizerLabels, Counter>::default();
+        registry.register(
+            "authorization_match_condition_exclusions",
+            "Webhook authorizations skipped because a matchCondition was false (no opinion, no SubjectAccessReview), by authorizer",
+            match_condition_exclusions.clone(),
+        );
+        let match_condition_errors = Family::<AuthorizerLabels, Counter>::default();
+        registry.register(
+            "authorization_match_condition_evaluation_errors",
+            "Webhook authorizations whose matchConditions could not be evaluated (the failurePolicy answered), by authorizer",
+            match_condition_errors.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -364,6 +386,8 @@ impl Metrics {
             review_failures,
             audit_dropped,
             audit_suppressed,
+            match_condition_exclusions,
+            match_condition_errors,
         }
     }
 
@@ -418,6 +442,25 @@ impl Metrics {
         self.reloads
             .get_or_create(&ReloadLabels { target, result })
             .inc();
+    }
+
+    /// The counter of `name`'s webhook authorizations skipped by a false match condition, handed
+    /// to that authorizer once so counting costs no label lookup.
+    pub fn match_condition_exclusions(&self, name: &str) -> Counter {
+        self.match_condition_exclusions
+            .get_or_create(&AuthorizerLabels {
+                name: name.to_owned(),
+            })
+            .clone()
+    }
+
+    /// The counter of `name`'s webhook authorizations whose match conditions failed.
+    pub fn match_condition_errors(&self, name: &str) -> Counter {
+        self.match_condition_errors
+            .get_or_create(&AuthorizerLabels {
+                name: name.to_owned(),
+            })
+            .clone()
     }
 
     /// The counter of dropped audit events, handed to the audit log.

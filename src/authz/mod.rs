@@ -8,6 +8,7 @@
 //! [`crate::decision::authorize_request`].
 
 pub mod attributes;
+pub mod match_conditions;
 pub mod node;
 pub mod pod_attributes;
 pub mod policy;
@@ -19,6 +20,7 @@ use std::sync::Arc;
 
 use crate::authn::User;
 use crate::reload::Reloadable;
+use match_conditions::{ConditionTrace, MatchError};
 use node::NodeAuthorizer;
 use policy::PolicyAuthorizer;
 use webhook::SubjectAccessReviewAuthorizer;
@@ -97,6 +99,19 @@ pub enum AuthorizationError {
     /// The SubjectAccessReview failed after its retries, or its answer was unusable.
     #[error("SubjectAccessReview: {0}")]
     Webhook(String),
+    /// A webhook's match conditions could not be evaluated (and none was false).
+    #[error("matchConditions: {0}")]
+    MatchConditions(#[source] MatchError),
+}
+
+/// What the chain shows its observer while it decides one attribute set, authorizer by
+/// authorizer.
+#[derive(Debug, Clone, Copy)]
+pub enum ChainEvent<'a> {
+    /// One of a Webhook authorizer's match conditions, before its answer.
+    Condition(ConditionTrace<'a>),
+    /// The authorizer's answer.
+    Answer(&'a Result<Decision, AuthorizationError>),
 }
 
 /// One authorizer of the chain. A closed set: an enum is simpler and faster than trait objects.
@@ -130,8 +145,13 @@ impl Authorizer {
         matches!(self, Authorizer::Webhook(webhook) if webhook.stops_chain_on_error())
     }
 
-    /// This authorizer's decision on one attribute set.
-    pub async fn authorize(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
+    /// This authorizer's decision on one attribute set, showing `on_condition` each match
+    /// condition a Webhook authorizer evaluates first.
+    async fn authorize_observed(
+        &self,
+        attrs: &Attributes<'_>,
+        on_condition: impl FnMut(ConditionTrace<'_>),
+    ) -> Result<Decision, AuthorizationError> {
         Ok(match self {
             Authorizer::AlwaysAllow => Decision::Allow(Reason::Static("AlwaysAllow")),
             Authorizer::AlwaysDeny => {
@@ -139,7 +159,9 @@ impl Authorizer {
             }
             Authorizer::Node(node) => node.authorize(attrs),
             Authorizer::Policy(policy) => policy.current().authorize(attrs),
-            Authorizer::Webhook(webhook) => return webhook.authorize(attrs).await,
+            Authorizer::Webhook(webhook) => {
+                return webhook.authorize_observed(attrs, on_condition).await;
+            }
         })
     }
 }
@@ -190,18 +212,23 @@ impl AuthorizerChain {
     }
 
     /// [`authorize`](Self::authorize), showing `observe` each authorizer's answer as it comes, in
-    /// order; authorizers after the deciding one are not asked and not shown. `explain` uses it
-    /// to show every answer with exactly the chain's semantics; the server passes a no-op.
+    /// order, after the match conditions a Webhook authorizer evaluated first; authorizers after
+    /// the deciding one are not asked and not shown. `explain` uses it to show every answer with
+    /// exactly the chain's semantics; the server passes a no-op.
     pub async fn authorize_observed(
         &self,
         attrs: &Attributes<'_>,
-        mut observe: impl FnMut(&Authorizer, &Result<Decision, AuthorizationError>),
+        mut observe: impl FnMut(&Authorizer, ChainEvent<'_>),
     ) -> Result<(Decision, Option<&'static str>), AuthorizationError> {
         let mut last = Decision::NoOpinion(Reason::Static("no authorizer configured"));
         let mut error = None;
         for authorizer in &self.authorizers {
-            let answer = authorizer.authorize(attrs).await;
-            observe(authorizer, &answer);
+            let answer = authorizer
+                .authorize_observed(attrs, |condition| {
+                    observe(authorizer, ChainEvent::Condition(condition));
+                })
+                .await;
+            observe(authorizer, ChainEvent::Answer(&answer));
             match answer {
                 Ok(decision @ (Decision::Allow(_) | Decision::Deny(_))) => {
                     return Ok((decision, Some(authorizer.name())));

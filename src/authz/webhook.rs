@@ -1,33 +1,51 @@
 //! The `Webhook` mode: SubjectAccessReview with the API server, exactly as the kubelet asks
 //! (k8s.io/apiserver v0.33 `plugin/pkg/authorizer/webhook/webhook.go` `Authorize`: the request
 //! body, the decision table, the 5 m / 30 s cache, the retries), plus
-//! coalescing of concurrent identical reviews, which the kubelet lacks.
+//! coalescing of concurrent identical reviews, which the kubelet lacks; and, as kube-apiserver's
+//! webhooks (v1.34), the `matchConditions` that decide whether it is asked at all, evaluated before
+//! the cache is looked up.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 
+use super::match_conditions::{ConditionTrace, Match, MatchConditions, MatchError};
 use super::{API_VERSION, Attributes, AuthorizationError, Decision, Reason};
 use crate::apiserver::ApiServerClient;
 use crate::cache::{KeyHasher, ReviewCache};
-use crate::config::authorization::FailurePolicy;
+use crate::config::authorization::{FailurePolicy, WebhookSpec};
 use crate::metrics::{Metrics, ReviewKind};
+use prometheus_client::metrics::counter::Counter;
 
 /// The kubelet's SubjectAccessReview cache size.
 const MAX_CACHED_DECISIONS: u64 = 8192;
 /// Requests whose attributes add up to this many bytes are not cached (the kubelet's DoS guard;
 /// the path counts although it is not sent).
 const MAX_CACHEABLE_ATTRIBUTE_BYTES: usize = 10_000;
+/// How often a webhook's match-condition errors are logged: a condition failing on every request
+/// must not become a log line per request.
+const CONDITION_ERROR_REPORT_INTERVAL: Duration = Duration::from_secs(60);
+/// The reason of the no opinion a false match condition gives (kube-apiserver gives none; ours
+/// goes to audit and `explain`).
+const SKIPPED: &str = "webhook not asked: a matchCondition is false";
 
 /// Asks the API server whether a user may do something on this node, through a bounded,
 /// coalescing cache.
 pub struct SubjectAccessReviewAuthorizer {
+    name: String,
     client: ApiServerClient,
     cache: ReviewCache<Decision>,
     failure_policy: FailurePolicy,
+    match_conditions: MatchConditions,
+    /// Reviews skipped by a false match condition.
+    excluded: Counter,
+    /// Reviews whose match conditions could not be evaluated.
+    condition_errors: Counter,
+    condition_log: ConditionErrorLog,
 }
 
 impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
@@ -38,29 +56,34 @@ impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
 }
 
 impl SubjectAccessReviewAuthorizer {
-    /// `authorized_ttl` keeps allowed answers, `unauthorized_ttl` denied and no-opinion ones
-    /// (`--authorization-webhook-cache-authorized-ttl` / `-unauthorized-ttl`); `failure_policy`
-    /// says whether a failed review stops the chain.
+    /// The webhook `spec` describes, asking through `client`: its authorized TTL keeps allowed
+    /// answers, its unauthorized TTL denied and no-opinion ones
+    /// (`--authorization-webhook-cache-authorized-ttl` / `-unauthorized-ttl`), its failure policy
+    /// says whether a failed review stops the chain, its match conditions whether it is asked.
     pub fn new(
         client: ApiServerClient,
-        authorized_ttl: Duration,
-        unauthorized_ttl: Duration,
-        failure_policy: FailurePolicy,
+        spec: &WebhookSpec,
         metrics: Arc<Metrics>,
     ) -> SubjectAccessReviewAuthorizer {
+        let (authorized_ttl, unauthorized_ttl) = (spec.authorized_ttl, spec.unauthorized_ttl);
         let ttl = move |decision: &Decision| match decision {
             Decision::Allow(_) => authorized_ttl,
             Decision::Deny(_) | Decision::NoOpinion(_) => unauthorized_ttl,
         };
         SubjectAccessReviewAuthorizer {
+            name: spec.name.clone(),
             client,
+            excluded: metrics.match_condition_exclusions(&spec.name),
+            condition_errors: metrics.match_condition_errors(&spec.name),
             cache: ReviewCache::new(
                 ReviewKind::SubjectAccessReview,
                 MAX_CACHED_DECISIONS,
                 ttl,
                 metrics,
             ),
-            failure_policy,
+            failure_policy: spec.failure_policy,
+            match_conditions: spec.match_conditions.clone(),
+            condition_log: ConditionErrorLog::default(),
         }
     }
 
@@ -71,8 +94,35 @@ impl SubjectAccessReviewAuthorizer {
     }
 
     /// The API server's decision on `attrs`. A review that fails after its retries, or an answer
-    /// both allowed and denied, is an error (the kubelet answers 500).
+    /// both allowed and denied, is an error (the kubelet answers 500). A false match condition is
+    /// no opinion without asking; one that cannot be evaluated is an error.
     pub async fn authorize(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
+        self.authorize_observed(attrs, |_| {}).await
+    }
+
+    /// [`authorize`](Self::authorize), showing `observe` each match condition's result (`explain`
+    /// does; the server passes a no-op). The conditions see the spec the webhook would receive,
+    /// and are evaluated before the cache is looked up, as kube-apiserver does.
+    pub async fn authorize_observed(
+        &self,
+        attrs: &Attributes<'_>,
+        observe: impl FnMut(ConditionTrace<'_>),
+    ) -> Result<Decision, AuthorizationError> {
+        if !self.match_conditions.is_empty() {
+            match self.match_conditions.evaluate(&review_spec(attrs), observe) {
+                Match::Matched => {}
+                Match::Skipped => {
+                    self.excluded.inc();
+                    return Ok(Decision::NoOpinion(Reason::Static(SKIPPED)));
+                }
+                Match::Failed(error) => {
+                    self.condition_errors.inc();
+                    self.condition_log
+                        .report(&self.name, self.failure_policy, &error);
+                    return Err(AuthorizationError::MatchConditions(error));
+                }
+            }
+        }
         let attribute_bytes = attrs.verb.len()
             + API_VERSION.len()
             + attrs.namespace.len()
@@ -96,6 +146,42 @@ impl SubjectAccessReviewAuthorizer {
             .await
             .map_err(|e| AuthorizationError::Webhook(e.to_string()))?;
         decision_from_review(&status)
+    }
+}
+
+/// Logs a webhook's match-condition errors at most once per
+/// [`CONDITION_ERROR_REPORT_INTERVAL`], with the count of those not logged since.
+#[derive(Debug, Default)]
+struct ConditionErrorLog {
+    last: Mutex<Option<Instant>>,
+    unreported: AtomicU64,
+}
+
+impl ConditionErrorLog {
+    /// Whether an error met at `now` is logged; if so, with how many were not since the last.
+    fn admit(&self, now: Instant) -> Option<u64> {
+        let mut last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        if last
+            .is_some_and(|at| now.saturating_duration_since(at) < CONDITION_ERROR_REPORT_INTERVAL)
+        {
+            self.unreported.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        *last = Some(now);
+        Some(self.unreported.swap(0, Ordering::Relaxed))
+    }
+
+    fn report(&self, authorizer: &str, failure_policy: FailurePolicy, error: &MatchError) {
+        let Some(suppressed) = self.admit(Instant::now()) else {
+            return;
+        };
+        tracing::warn!(
+            authorizer,
+            failure_policy = ?failure_policy,
+            suppressed,
+            %error,
+            "matchConditions could not be evaluated: the webhook is not asked and its failurePolicy answers"
+        );
     }
 }
 
@@ -250,6 +336,18 @@ mod tests {
                 "subresource": "exec", "name": "web-0"
             })
         );
+    }
+
+    #[test]
+    fn condition_errors_are_logged_once_a_minute_with_the_count_not_logged() {
+        let log = ConditionErrorLog::default();
+        let start = Instant::now();
+        assert_eq!(log.admit(start), Some(0));
+        assert_eq!(log.admit(start + Duration::from_secs(1)), None);
+        assert_eq!(log.admit(start + Duration::from_secs(59)), None);
+        assert_eq!(log.admit(start + Duration::from_secs(60)), Some(2));
+        assert_eq!(log.admit(start + Duration::from_secs(61)), None);
+        assert_eq!(log.admit(start + Duration::from_secs(121)), Some(1));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! `--authorization-config`: an `AuthorizationConfiguration` (`apiserver.config.k8s.io/v1`, as
 //! kube-apiserver reads it) describing the authorizer chain: `Webhook` (each with its own
 //! connection, timeout, TTLs and failure policy), `Node`, `AlwaysAllow`, `AlwaysDeny`, and this
-//! proxy's local `Policy`. Validated as kube-apiserver validates it; anything the proxy cannot
-//! honour (CEL match conditions, `RBAC`, `ABAC`, `v1beta1` reviews) is an error that says so.
+//! proxy's local `Policy`. Validated as kube-apiserver validates it, a webhook's CEL
+//! `matchConditions` compiled ([`crate::authz::match_conditions`]); anything the proxy cannot
+//! honour (`RBAC`, `ABAC`, `v1beta1` reviews) is an error that says so.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -12,6 +13,7 @@ use serde::Deserialize;
 
 use super::ConfigError;
 use super::duration::parse_go_duration;
+use crate::authz::match_conditions::MatchConditions;
 
 const FLAG: &str = "--authorization-config";
 /// kube-apiserver's upper bound on a webhook's timeout.
@@ -39,8 +41,10 @@ pub struct WebhookSpec {
     pub authorized_ttl: Duration,
     /// How long other answers are kept (zero: not cached).
     pub unauthorized_ttl: Duration,
-    /// What a failed review means.
+    /// What a failed review, or a match condition that cannot be evaluated, means.
     pub failure_policy: FailurePolicy,
+    /// When the webhook is asked at all; none: always.
+    pub match_conditions: MatchConditions,
 }
 
 /// One authorizer of the chain, as configured.
@@ -194,7 +198,17 @@ pub fn load(path: &Path) -> Result<Vec<AuthorizerSpec>, ConfigError> {
                     .webhook
                     .as_ref()
                     .ok_or_else(|| at("webhook is required with type Webhook".into()))?;
-                AuthorizerSpec::Webhook(webhook_spec(&authorizer.name, webhook).map_err(at)?)
+                let expressions = webhook.match_conditions.iter().map(|c| c.expression.as_str());
+                let match_conditions =
+                    MatchConditions::compile(expressions).map_err(|e| ConfigError::File {
+                        flag: FLAG,
+                        path: path.to_owned(),
+                        reason: format!("authorizers[{i}] ({:?}): {e}", authorizer.name),
+                        source: Some(Box::new(e)),
+                    })?;
+                AuthorizerSpec::Webhook(
+                    webhook_spec(&authorizer.name, webhook, match_conditions).map_err(at)?,
+                )
             }
             "RBAC" => {
                 return Err(at(
@@ -212,7 +226,11 @@ pub fn load(path: &Path) -> Result<Vec<AuthorizerSpec>, ConfigError> {
     Ok(specs)
 }
 
-fn webhook_spec(name: &str, webhook: &WebhookConfig) -> Result<WebhookSpec, String> {
+fn webhook_spec(
+    name: &str,
+    webhook: &WebhookConfig,
+    match_conditions: MatchConditions,
+) -> Result<WebhookSpec, String> {
     let duration = |field: &str, value: &Option<String>, default: Option<Duration>| match value {
         Some(text) => parse_go_duration(text).map_err(|e| format!("webhook.{field}: {e}")),
         None => default.ok_or_else(|| format!("webhook.{field} is required")),
@@ -251,17 +269,22 @@ fn webhook_spec(name: &str, webhook: &WebhookConfig) -> Result<WebhookSpec, Stri
         }
         None => return Err("webhook.subjectAccessReviewVersion is required (v1)".into()),
     }
-    if let Some(condition) = webhook.match_conditions.first() {
-        return Err(format!(
-            "webhook.matchConditions: expression {:?} cannot be evaluated: CEL match conditions are not supported by this proxy; remove them (every request is then reviewed)",
-            condition.expression
-        ));
-    }
-    if webhook
+    match webhook
         .match_condition_subject_access_review_version
-        .is_some()
+        .as_deref()
     {
-        return Err("webhook.matchConditionSubjectAccessReviewVersion is only meaningful with matchConditions, which are not supported".into());
+        None | Some("") if !match_conditions.is_empty() => {
+            return Err(
+                "webhook.matchConditionSubjectAccessReviewVersion is required with matchConditions (v1)"
+                    .into(),
+            );
+        }
+        None | Some("" | "v1") => {}
+        Some(other) => {
+            return Err(format!(
+                "webhook.matchConditionSubjectAccessReviewVersion {other:?} is not v1"
+            ));
+        }
     }
     let failure_policy = match webhook.failure_policy.as_deref() {
         Some("NoOpinion") => FailurePolicy::NoOpinion,
@@ -317,6 +340,7 @@ fn webhook_spec(name: &str, webhook: &WebhookConfig) -> Result<WebhookSpec, Stri
         authorized_ttl,
         unauthorized_ttl,
         failure_policy,
+        match_conditions,
     })
 }
 
@@ -404,6 +428,57 @@ mod tests {
     }
 
     #[test]
+    fn match_conditions_are_compiled_at_load() {
+        let conditions = "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      \
+             matchConditions:\n        - expression: \"!('system:nodes' in request.groups)\"\n        \
+             - expression: has(request.resourceAttributes)\n";
+        let text = format!(
+            "{HEAD}authorizers:\n{}",
+            WEBHOOK.replace("failurePolicy: Deny\n", conditions)
+        );
+        match &load_text("conditions", &text).unwrap()[0] {
+            AuthorizerSpec::Webhook(w) => assert_eq!(
+                w.match_conditions.expressions().collect::<Vec<_>>(),
+                [
+                    "!('system:nodes' in request.groups)",
+                    "has(request.resourceAttributes)"
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+        // The version alone, without conditions, is accepted as kube-apiserver accepts it.
+        let text = format!(
+            "{HEAD}authorizers:\n{}",
+            WEBHOOK.replace(
+                "failurePolicy: Deny\n",
+                "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n"
+            )
+        );
+        match &load_text("version-only", &text).unwrap()[0] {
+            AuthorizerSpec::Webhook(w) => assert!(w.match_conditions.is_empty()),
+            other => panic!("{other:?}"),
+        }
+        // 65 conditions are too many.
+        let many: String = (0..65)
+            .map(|i| format!("        - expression: \"{i} > 0\"\n"))
+            .collect();
+        let text = format!(
+            "{HEAD}authorizers:\n{}",
+            WEBHOOK.replace(
+                "failurePolicy: Deny\n",
+                &format!(
+                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      matchConditions:\n{many}"
+                )
+            )
+        );
+        let err = load_text("many", &text).unwrap_err();
+        assert!(
+            err.contains("authz.yaml: authorizers[0] (\"webhook\"): webhook.matchConditions: must have at most 64 items, has 65"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn invalid_configurations_name_the_problem() {
         let webhook =
             |from: &str, to: &str| format!("{HEAD}authorizers:\n{}", WEBHOOK.replace(from, to));
@@ -433,7 +508,38 @@ mod tests {
                     "failurePolicy: Deny",
                     "failurePolicy: Deny\n      matchConditions: [{expression: \"has(request.resourceAttributes)\"}]",
                 ),
-                "expression \"has(request.resourceAttributes)\" cannot be evaluated",
+                "webhook.matchConditionSubjectAccessReviewVersion is required with matchConditions (v1)",
+            ),
+            (
+                webhook(
+                    "failurePolicy: Deny",
+                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1beta1",
+                ),
+                "webhook.matchConditionSubjectAccessReviewVersion \"v1beta1\" is not v1",
+            ),
+            (
+                webhook(
+                    "failurePolicy: Deny",
+                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      \
+                     matchConditions: [{expression: \"request.userInfo.username == 'x'\"}]",
+                ),
+                "authorizers[0] (\"webhook\"): webhook.matchConditions[0].expression \"request.userInfo.username == 'x'\": compilation failed: undefined field 'userInfo'",
+            ),
+            (
+                webhook(
+                    "failurePolicy: Deny",
+                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      \
+                     matchConditions: [{expression: \"true\"}, {expression: \"\"}]",
+                ),
+                "webhook.matchConditions[1].expression is required",
+            ),
+            (
+                webhook(
+                    "failurePolicy: Deny",
+                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      \
+                     matchConditions: [{expression: \"true\", name: x}]",
+                ),
+                "unknown field `name`",
             ),
             (
                 webhook(

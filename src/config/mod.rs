@@ -25,6 +25,7 @@ use crate::audit::{self, AuditOptions, AuditTarget, Rotation};
 use crate::authn::NoAuthenticationMethod;
 use crate::authn::x509::ClientCa;
 use crate::authz::attributes::AttributeMapping;
+use crate::authz::match_conditions::MatchConditions;
 use crate::authz::policy::PolicyAuthorizer;
 use crate::descriptors;
 use crate::proxy::{UpstreamEndpoint, UpstreamTarget, UpstreamTlsConfig};
@@ -734,6 +735,7 @@ fn authorizer_specs(flags: &ProxyFlags) -> Result<Vec<AuthorizerSpec>, ConfigErr
                 authorized_ttl: flags.authorization_webhook_cache_authorized_ttl,
                 unauthorized_ttl: flags.authorization_webhook_cache_unauthorized_ttl,
                 failure_policy: FailurePolicy::NoOpinion,
+                match_conditions: MatchConditions::default(),
             }),
         });
     }

@@ -349,6 +349,64 @@ pub struct AuthorizerAnswer {
     /// Its reason (the RBAC binding and role, the SubjectAccessReview's reason, the error);
     /// empty when not asked or when none was given.
     pub reason: String,
+    /// A Webhook authorizer's match conditions, in order, each with its result; absent when it
+    /// has none (or was not asked).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub match_conditions: Vec<ConditionAnswer>,
+    /// What the match conditions made of the webhook; absent when there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub webhook: Option<WebhookStep>,
+}
+
+/// One match condition of a Webhook authorizer and its result on one attribute set.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionAnswer {
+    /// The CEL expression.
+    pub expression: String,
+    /// Its result.
+    pub result: ConditionOutcome,
+    /// Why it could not be evaluated, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// A match condition's result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ConditionOutcome {
+    /// True.
+    True,
+    /// False: the webhook is skipped.
+    False,
+    /// Could not be evaluated, or is not a bool.
+    Error,
+    /// Not evaluated: an earlier condition is false.
+    NotEvaluated,
+}
+
+impl fmt::Display for ConditionOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConditionOutcome::True => "true",
+            ConditionOutcome::False => "false",
+            ConditionOutcome::Error => "error",
+            ConditionOutcome::NotEvaluated => "not evaluated",
+        })
+    }
+}
+
+/// Whether a Webhook authorizer with match conditions asked its webhook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WebhookStep {
+    /// Every condition is true: the webhook is asked (its answer may come from its cache).
+    Called,
+    /// A condition is false: no opinion, without asking.
+    Skipped,
+    /// No condition is false and some could not be evaluated: not asked, the failure policy
+    /// answers.
+    NotCalled,
 }
 
 /// An authorizer's (or the chain's) answer.

@@ -2,7 +2,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::{Answer, Explanation, PathVerdict};
+use super::{Answer, AuthorizerAnswer, Explanation, PathVerdict, WebhookStep};
 use crate::metrics::Outcome;
 
 /// The JSON document (pretty-printed).
@@ -123,6 +123,7 @@ fn write_text(e: &Explanation, out: &mut String) -> fmt::Result {
                 answer.answer.to_string()
             )
             .map(|_| ())?;
+            write_conditions(answer, out)?;
         }
     }
     let result = &e.result;
@@ -152,6 +153,33 @@ fn write_text(e: &Explanation, out: &mut String) -> fmt::Result {
         (_, None) => {}
     }
     Ok(())
+}
+
+/// A Webhook authorizer's match conditions, one per line with its result, then what they made of
+/// the webhook.
+fn write_conditions(answer: &AuthorizerAnswer, out: &mut String) -> fmt::Result {
+    for condition in &answer.match_conditions {
+        writeln!(
+            out,
+            "      condition {:<13} {}",
+            condition.result.to_string(),
+            printable(&condition.expression)
+        )?;
+        if let Some(error) = &condition.error {
+            writeln!(out, "        error: {}", printable(error))?;
+        }
+    }
+    let Some(step) = answer.webhook else {
+        return Ok(());
+    };
+    let step = match step {
+        WebhookStep::Called => "called: every condition is true",
+        WebhookStep::Skipped => "skipped: a condition is false (no opinion)",
+        WebhookStep::NotCalled => {
+            "not called: a condition could not be evaluated (the failurePolicy answers)"
+        }
+    };
+    writeln!(out, "      webhook {step}")
 }
 
 /// `s` with control characters escaped, so a name or an API server's reason cannot rewrite the

@@ -1,15 +1,22 @@
-//! explain's unit tests: traces, the JSON and text renderings, and policy lint warnings.
+//! explain's unit tests: traces, the JSON and text renderings, a webhook's match conditions, and
+//! policy lint warnings.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Method;
 
 use super::*;
+use crate::apiserver::{ApiServerClient, ApiServerSettings};
 use crate::authz::attributes::AttributeMapping;
+use crate::authz::match_conditions::MatchConditions;
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
+use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
+use crate::config::authorization::{FailurePolicy, WebhookSpec};
 use crate::decision::Decider;
+use crate::metrics::Metrics;
 use crate::reload::Reloadable;
 
 const NODE: &str = "node-a";
@@ -581,4 +588,158 @@ fn pod_rules_are_live_only_with_pod_scoped_authz() {
         warnings.is_empty(),
         "about pods themselves, not the kubelet: {warnings:?}"
     );
+}
+
+/// A Webhook authorizer with these match conditions and failure policy, reviewing with an API
+/// server that is not there (127.0.0.1:1): only its conditions can decide. Its client is built in
+/// a runtime of its own, as kube needs one, and never connects.
+fn webhook(conditions: &[&str], failure_policy: FailurePolicy) -> Authorizer {
+    static BUILT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "kap-explain-webhook-{}-{}",
+        std::process::id(),
+        BUILT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://127.0.0.1:1'}\n\
+         users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\n\
+         current-context: x\n",
+    )
+    .unwrap();
+    let spec = WebhookSpec {
+        name: "authz-webhook".into(),
+        kubeconfig: Some(kubeconfig.clone()),
+        timeout: Duration::from_secs(1),
+        authorized_ttl: Duration::from_secs(300),
+        unauthorized_ttl: Duration::from_secs(30),
+        failure_policy,
+        match_conditions: MatchConditions::compile(conditions.iter().copied()).unwrap(),
+    };
+    let metrics = Arc::new(Metrics::new());
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async { ApiServerSettings::read(Some(&kubeconfig), spec.timeout) })
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
+        ApiServerClient::new(client, 1, Arc::clone(&metrics)),
+        &spec,
+        metrics,
+    )))
+}
+
+#[test]
+fn a_false_match_condition_skips_the_webhook_and_shows_each_result() {
+    let chain = AuthorizerChain::new(vec![
+        webhook(
+            &[
+                "request.user != ''",
+                "!('system:nodes' in request.groups)",
+                "request.user.startsWith('system:serviceaccount:')",
+            ],
+            FailurePolicy::Deny,
+        ),
+        Authorizer::AlwaysAllow,
+    ]);
+    let node = user("system:node:node-a", &["system:nodes"]);
+    let e = run(chain, &node, Method::GET, "/healthz");
+    assert_eq!(e.exit_status(), EXIT_ALLOWED);
+    let webhook = &e.attributes[0].answers[0];
+    assert_eq!(webhook.answer, Answer::NoOpinion);
+    assert_eq!(
+        webhook.reason,
+        "webhook not asked: a matchCondition is false"
+    );
+    let results: Vec<_> = webhook.match_conditions.iter().map(|c| c.result).collect();
+    assert_eq!(
+        results,
+        [
+            ConditionOutcome::True,
+            ConditionOutcome::False,
+            ConditionOutcome::NotEvaluated
+        ]
+    );
+    assert_eq!(webhook.webhook, Some(WebhookStep::Skipped));
+    assert_eq!(e.attributes[0].decided_by, Some("AlwaysAllow"));
+
+    let json: serde_json::Value = serde_json::from_str(&render_json(&e)).unwrap();
+    assert_eq!(
+        json["attributes"][0]["answers"][0]["matchConditions"][1],
+        serde_json::json!({"expression": "!('system:nodes' in request.groups)", "result": "false"})
+    );
+    assert_eq!(
+        json["attributes"][0]["answers"][0]["matchConditions"][2]["result"],
+        "notEvaluated"
+    );
+    assert_eq!(json["attributes"][0]["answers"][0]["webhook"], "skipped");
+    // Authorizers without conditions have neither field.
+    let always_allow = json["attributes"][0]["answers"][1].as_object().unwrap();
+    assert!(!always_allow.contains_key("matchConditions"));
+    assert!(!always_allow.contains_key("webhook"));
+
+    let text = render_text(&e);
+    for line in [
+        "    Webhook      NoOpinion  webhook not asked: a matchCondition is false\n",
+        "      condition true          request.user != ''\n",
+        "      condition false         !('system:nodes' in request.groups)\n",
+        "      condition not evaluated request.user.startsWith('system:serviceaccount:')\n",
+        "      webhook skipped: a condition is false (no opinion)\n",
+        "    AlwaysAllow  Allow      AlwaysAllow\n",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+}
+
+#[test]
+fn a_match_condition_error_follows_the_failure_policy() {
+    let error = "request.nonResourceAttributes.path == '/healthz'";
+    let alice = user("alice", &[]);
+
+    // Deny: the chain stops at the error; the proxy's 500.
+    let chain = AuthorizerChain::new(vec![
+        webhook(&[error, "true"], FailurePolicy::Deny),
+        Authorizer::AlwaysAllow,
+    ]);
+    let e = run(chain, &alice, Method::GET, "/healthz");
+    assert_eq!(e.exit_status(), EXIT_ERROR);
+    assert_eq!(e.result.status, Some(500));
+    let trial = &e.attributes[0];
+    assert_eq!(trial.decision, Answer::Error);
+    assert_eq!(trial.answers[0].answer, Answer::Error);
+    assert_eq!(
+        trial.answers[0].reason,
+        "matchConditions: cel evaluation error: expression \
+         'request.nonResourceAttributes.path == '/healthz'' resulted in error: \
+         No such key: nonResourceAttributes"
+    );
+    assert_eq!(trial.answers[0].webhook, Some(WebhookStep::NotCalled));
+    assert_eq!(
+        trial.answers[0].match_conditions[0].error.as_deref(),
+        Some("No such key: nonResourceAttributes")
+    );
+    assert_eq!(trial.answers[1].answer, Answer::NotAsked);
+    let text = render_text(&e);
+    for line in [
+        "      condition error         request.nonResourceAttributes.path == '/healthz'\n",
+        "        error: No such key: nonResourceAttributes\n",
+        "      condition true          true\n",
+        "      webhook not called: a condition could not be evaluated (the failurePolicy answers)\n",
+    ] {
+        assert!(text.contains(line), "{line:?} not in:\n{text}");
+    }
+
+    // NoOpinion: the error is kept while the next authorizer decides; it allows.
+    let chain = AuthorizerChain::new(vec![
+        webhook(&[error], FailurePolicy::NoOpinion),
+        Authorizer::AlwaysAllow,
+    ]);
+    let e = run(chain, &alice, Method::GET, "/healthz");
+    assert_eq!(e.exit_status(), EXIT_ALLOWED);
+    assert_eq!(e.attributes[0].answers[0].answer, Answer::Error);
+    assert_eq!(e.attributes[0].answers[1].answer, Answer::Allow);
 }

@@ -8,10 +8,11 @@ use http::{Method, Response};
 use http_body_util::BodyExt;
 
 use super::{
-    API_VERSION, Answer, AttributeTrial, AuthorizerAnswer, Conclusion, Explanation, KIND,
-    PathVerdict, PodSet, RequestInfo, UserInfo,
+    API_VERSION, Answer, AttributeTrial, AuthorizerAnswer, Conclusion, ConditionAnswer,
+    ConditionOutcome, Explanation, KIND, PathVerdict, PodSet, RequestInfo, UserInfo, WebhookStep,
 };
 use crate::authn::{Authentication, User};
+use crate::authz::match_conditions::{ConditionResult, ConditionTrace};
 use crate::authz::policy::lint::lint_policies;
 use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, Decision};
 use crate::decision::{Decider, Observer, Verdict};
@@ -32,6 +33,7 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
         chain,
         decoded: String::new(),
         trials: Vec::new(),
+        conditions: Vec::new(),
     };
     let caller = Arc::new(user.clone());
     let verdict = decider
@@ -105,17 +107,39 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
     }
 }
 
-/// Records the decoded path and, per attribute set, every authorizer's answer; authorizers the
-/// chain did not ask (after the deciding one) are listed as not asked.
+/// Records the decoded path and, per attribute set, every authorizer's answer with the match
+/// conditions it evaluated first; authorizers the chain did not ask (after the deciding one) are
+/// listed as not asked.
 struct Recorder<'a> {
     chain: &'a AuthorizerChain,
     decoded: String,
     trials: Vec<AttributeTrial>,
+    /// The match conditions of the authorizer being asked, until its answer.
+    conditions: Vec<ConditionAnswer>,
 }
 
 impl Observer for Recorder<'_> {
     fn canonical(&mut self, decoded: &str) {
         decoded.clone_into(&mut self.decoded);
+    }
+
+    fn condition(
+        &mut self,
+        _subresource: &'static str,
+        _authorizer: &Authorizer,
+        condition: ConditionTrace<'_>,
+    ) {
+        let (result, error) = match condition.result {
+            ConditionResult::True => (ConditionOutcome::True, None),
+            ConditionResult::False => (ConditionOutcome::False, None),
+            ConditionResult::Error(error) => (ConditionOutcome::Error, Some(error.cause())),
+            ConditionResult::NotEvaluated => (ConditionOutcome::NotEvaluated, None),
+        };
+        self.conditions.push(ConditionAnswer {
+            expression: condition.expression.to_owned(),
+            result,
+            error,
+        });
     }
 
     fn answered(
@@ -142,11 +166,15 @@ impl Observer for Recorder<'_> {
             Ok(Decision::NoOpinion(reason)) => (Answer::NoOpinion, reason.to_string()),
             Err(error) => (Answer::Error, error.to_string()),
         };
+        let match_conditions = std::mem::take(&mut self.conditions);
+        let webhook = webhook_step(&match_conditions);
         if let Some(trial) = self.trials.last_mut() {
             trial.answers.push(AuthorizerAnswer {
                 authorizer: authorizer.name(),
                 answer,
                 reason,
+                match_conditions,
+                webhook,
             });
         }
     }
@@ -176,6 +204,8 @@ impl Observer for Recorder<'_> {
                 authorizer: authorizer.name(),
                 answer: Answer::NotAsked,
                 reason: String::new(),
+                match_conditions: Vec::new(),
+                webhook: None,
             });
         }
         (trial.decision, trial.decided_by) = match result {
@@ -184,6 +214,21 @@ impl Observer for Recorder<'_> {
             Ok((Decision::NoOpinion(_), _)) => (Answer::NoOpinion, None),
             Err(_) => (Answer::Error, None),
         };
+    }
+}
+
+/// What the match conditions made of the webhook: skipped on a false one, not called on an
+/// error, called when all are true; `None` without conditions.
+fn webhook_step(conditions: &[ConditionAnswer]) -> Option<WebhookStep> {
+    let has = |outcome| conditions.iter().any(|c| c.result == outcome);
+    if conditions.is_empty() {
+        None
+    } else if has(ConditionOutcome::False) {
+        Some(WebhookStep::Skipped)
+    } else if has(ConditionOutcome::Error) {
+        Some(WebhookStep::NotCalled)
+    } else {
+        Some(WebhookStep::Called)
     }
 }
 

@@ -142,7 +142,10 @@ async fn check_config_accepts_a_valid_set_of_files() {
 {}",
             files.webhook(
                 "3s",
-                "      authorizedTTL: 1m\n      unauthorizedTTL: 10s\n"
+                "      authorizedTTL: 1m\n      unauthorizedTTL: 10s\n      \
+                 matchConditionSubjectAccessReviewVersion: v1\n      matchConditions:\n        \
+                 - expression: \"!('system:nodes' in request.groups)\"\n        \
+                 - expression: request.user.startsWith('system:serviceaccount:')\n"
             )
         ),
     );
@@ -284,7 +287,8 @@ async fn broken_configuration_files_exit_2_with_one_line_naming_the_flag_and_fil
         "cel.yaml",
         &node_and_webhook(files.webhook(
             "3s",
-            "      matchConditions:\n        - expression: \"request.resourceAttributes.namespace == 'kube-system'\"\n",
+            "      matchConditionSubjectAccessReviewVersion: v1\n      matchConditions:\n        \
+             - expression: \"request.userInfo.username == 'alice'\"\n",
         )),
     );
     let slow = files.write("slow.yaml", &node_and_webhook(files.webhook("31s", "")));
@@ -322,7 +326,8 @@ async fn broken_configuration_files_exit_2_with_one_line_naming_the_flag_and_fil
             authorization_base(&cel),
             "--authorization-config",
             &cel,
-            "matchConditions",
+            "webhook.matchConditions[0].expression \"request.userInfo.username == 'alice'\": \
+             compilation failed: undefined field 'userInfo'",
         ),
         (
             authorization_base(&slow),

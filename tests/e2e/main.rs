@@ -24,6 +24,7 @@ mod fuzz_corpus;
 mod hostile;
 mod hygiene;
 mod manifests;
+mod match_conditions;
 mod memory_bounds;
 mod neighbours;
 mod operator_cli;

@@ -1,0 +1,278 @@
+//! A webhook's CEL `matchConditions` through the real proxy over TLS, configured with
+//! `--authorization-config`, reviewing with the stand-in API server: which requests reach the
+//! webhook at all and the exact SubjectAccessReview bodies those send (the examples of the
+//! Kubernetes authorization documentation: skip the nodes, ask only about `nodes/proxy`), an
+//! evaluation error answered by the failure policy (Deny: the kubelet's 500; NoOpinion: the next
+//! authorizer decides), the metrics, and `explain` showing each condition's result.
+
+use http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::support::TempDir;
+use crate::support::apiserver::{ApiServer, Flavour, Verdict};
+use crate::support::client::Identity;
+use crate::support::harness::{Harness, NODE_NAME, ProxySpec};
+use crate::support::pki::{CertSpec, sha256_hex};
+use crate::support::process::run;
+
+const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
+const EXCLUSIONS: &str = "kubelet_auth_proxy_authorization_match_condition_exclusions_total";
+const ERRORS: &str = "kubelet_auth_proxy_authorization_match_condition_evaluation_errors_total";
+
+/// Skip the webhook for the nodes (Kubernetes documentation, "Configuring the API Server using
+/// an Authorization Config File").
+const NOT_NODES: &str = "!('system:nodes' in request.groups)";
+/// Ask the webhook only about `nodes/proxy`.
+const ONLY_NODES_PROXY: &str = "has(request.resourceAttributes) && \
+     request.resourceAttributes.resource == 'nodes' && \
+     request.resourceAttributes.subresource == 'proxy'";
+
+/// An AuthorizationConfiguration of these authorizers (YAML list items).
+fn authorization_config(dir: &TempDir, authorizers: &str) -> String {
+    dir.write(
+        "authorization.yaml",
+        format!(
+            "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\n\
+             authorizers:\n{authorizers}"
+        ),
+    )
+    .display()
+    .to_string()
+}
+
+/// A Webhook authorizer named `name` reviewing with `api`, with `failure_policy` and these
+/// conditions, not caching (every review the proxy makes reaches the stand-in).
+fn webhook(api: &ApiServer, name: &str, failure_policy: &str, conditions: &[&str]) -> String {
+    let conditions: String = conditions
+        .iter()
+        .map(|c| format!("        - expression: {}\n", json!(c)))
+        .collect();
+    format!(
+        "  - type: Webhook
+    name: {name}
+    webhook:
+      timeout: 3s
+      cacheAuthorizedRequests: false
+      cacheUnauthorizedRequests: false
+      subjectAccessReviewVersion: v1
+      matchConditionSubjectAccessReviewVersion: v1
+      failurePolicy: {failure_policy}
+      connectionInfo:
+        type: KubeConfigFile
+        kubeConfigFile: {kubeconfig}
+      matchConditions:
+{conditions}",
+        kubeconfig = api.kubeconfig(Flavour::ClientCertificate).display()
+    )
+}
+
+async fn proxy(dir: &TempDir, authorizers: &str) -> Harness {
+    let config = authorization_config(dir, authorizers);
+    ProxySpec::new(&[&format!("--authorization-config={config}")])
+        .start()
+        .await
+}
+
+/// The spec the kubelet sends for the x509 user `name` (in `groups`) asking `get nodes/<sub>`.
+fn review(name: &str, groups: &[&str], subresource: &str, leaf: &[u8]) -> Value {
+    let mut groups: Vec<&str> = groups.to_vec();
+    groups.push("system:authenticated");
+    json!({
+        "resourceAttributes": {
+            "verb": "get",
+            "version": "v1",
+            "resource": "nodes",
+            "subresource": subresource,
+            "name": NODE_NAME,
+        },
+        "user": name,
+        "groups": groups,
+        "extra": {CREDENTIAL_ID: [format!("X509SHA256={}", sha256_hex(leaf))]},
+    })
+}
+
+#[tokio::test]
+async fn the_nodes_never_reach_the_webhook_and_others_only_for_nodes_proxy() {
+    let api = ApiServer::start().await;
+    api.set_rules(|_| Verdict::allow());
+    let dir = TempDir::new("match-conditions");
+    let h = proxy(
+        &dir,
+        &webhook(&api, "apiserver", "Deny", &[NOT_NODES, ONLY_NODES_PROXY]),
+    )
+    .await;
+
+    // A node: the first condition is false for both attribute sets (pods, then proxy), so the
+    // webhook is skipped twice, no review is sent, and nothing else allows: the kubelet's 403.
+    let node = h.user("system:node:node-b", &["system:nodes"]);
+    let reply = node.get("/pods").await;
+    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text());
+    assert_eq!(
+        reply.text(),
+        "Forbidden (user=system:node:node-b, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+    );
+    assert_eq!(api.access_reviews(), Vec::<Value>::new());
+    assert_eq!(h.metric(EXCLUSIONS, &[("name", "apiserver")]).await, 2.0);
+
+    // Anyone else: nodes/pods is skipped (not proxy), then the nodes/proxy fallback is reviewed,
+    // with exactly the kubelet's body; the stand-in allows.
+    let alice = h.ca.issue(&CertSpec::client("alice").org("team-a"));
+    let reply = h.client(Identity::of(&alice)).get("/pods").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(
+        api.access_reviews(),
+        vec![review("alice", &["team-a"], "proxy", alice.leaf())]
+    );
+    assert_eq!(h.metric(EXCLUSIONS, &[("name", "apiserver")]).await, 3.0);
+
+    // Asked about nodes/proxy directly: reviewed once, nothing skipped.
+    let reply = h
+        .client(Identity::of(&alice))
+        .get("/containerLogs/default/web-0/app")
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(api.access_reviews().len(), 2);
+    assert_eq!(
+        api.access_reviews()[1],
+        review("alice", &["team-a"], "proxy", alice.leaf())
+    );
+    assert_eq!(h.metric(EXCLUSIONS, &[("name", "apiserver")]).await, 3.0);
+    assert_eq!(h.metric(ERRORS, &[("name", "apiserver")]).await, 0.0);
+}
+
+/// True for a caller with an organization (x509 groups: the orgs, then system:authenticated); an
+/// index out of range, an evaluation error, for one without.
+const SECOND_GROUP: &str = "request.groups[1] == 'system:authenticated'";
+
+#[tokio::test]
+async fn an_evaluation_error_follows_the_failure_policy() {
+    let api = ApiServer::start().await;
+    api.set_rules(|_| Verdict::allow());
+
+    // Deny: the chain stops at the error, before the AlwaysAllow after it, with the kubelet's 500;
+    // nothing is sent to the webhook.
+    let dir = TempDir::new("match-conditions-deny");
+    let h = proxy(
+        &dir,
+        &format!(
+            "{}  - {{type: AlwaysAllow, name: allow}}\n",
+            webhook(&api, "strict", "Deny", &[SECOND_GROUP, "true"])
+        ),
+    )
+    .await;
+    let reply = h.user("bob", &[]).get("/pods").await;
+    assert_eq!(
+        reply.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        reply.text()
+    );
+    assert_eq!(
+        reply.text(),
+        "Authorization error (user=bob, verb=get, resource=nodes, subresource=pods)"
+    );
+    assert_eq!(api.access_reviews(), Vec::<Value>::new());
+    assert_eq!(h.metric(ERRORS, &[("name", "strict")]).await, 1.0);
+    assert_eq!(h.metric(EXCLUSIONS, &[("name", "strict")]).await, 0.0);
+    // A caller for whom every condition is true is reviewed as usual.
+    let carol = h.ca.issue(&CertSpec::client("carol").org("ops"));
+    let reply = h.client(Identity::of(&carol)).get("/pods").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(
+        api.access_reviews(),
+        vec![review("carol", &["ops"], "pods", carol.leaf())]
+    );
+
+    // NoOpinion: the error is set aside and the next authorizer decides; it allows.
+    let dir = TempDir::new("match-conditions-no-opinion");
+    let h = proxy(
+        &dir,
+        &format!(
+            "{}  - {{type: AlwaysAllow, name: allow}}\n",
+            webhook(&api, "lenient", "NoOpinion", &[SECOND_GROUP])
+        ),
+    )
+    .await;
+    let reply = h.user("bob", &[]).get("/pods").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(api.access_reviews().len(), 1, "no review for bob");
+    assert_eq!(h.metric(ERRORS, &[("name", "lenient")]).await, 1.0);
+}
+
+#[tokio::test]
+async fn explain_shows_each_condition_and_whether_the_webhook_was_called() {
+    let api = ApiServer::start().await;
+    api.set_rules(|_| Verdict::allow());
+    let dir = TempDir::new("match-conditions-explain");
+    let config = authorization_config(
+        &dir,
+        &webhook(&api, "apiserver", "Deny", &[NOT_NODES, ONLY_NODES_PROXY]),
+    );
+    let done = run(
+        &dir,
+        "explain",
+        &[
+            "explain".to_owned(),
+            format!("--authorization-config={config}"),
+            format!("--node-name={NODE_NAME}"),
+            "--user=alice".to_owned(),
+            "--output=json".to_owned(),
+            "GET".to_owned(),
+            "/pods".to_owned(),
+        ],
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    let e: Value = serde_json::from_str(&done.stdout).unwrap();
+    let condition = |result: &str| json!({"expression": ONLY_NODES_PROXY, "result": result});
+    let pods = &e["attributes"][0]["answers"][0];
+    assert_eq!(pods["answer"], "NoOpinion");
+    assert_eq!(
+        pods["matchConditions"],
+        json!([{"expression": NOT_NODES, "result": "true"}, condition("false")])
+    );
+    assert_eq!(pods["webhook"], "skipped");
+    let proxy = &e["attributes"][1]["answers"][0];
+    assert_eq!(proxy["answer"], "Allow");
+    assert_eq!(
+        proxy["matchConditions"],
+        json!([{"expression": NOT_NODES, "result": "true"}, condition("true")])
+    );
+    assert_eq!(proxy["webhook"], "called");
+    // Only the proxy attribute set was reviewed.
+    let reviewed: Vec<Value> = api
+        .access_reviews()
+        .iter()
+        .map(|spec| spec["resourceAttributes"]["subresource"].clone())
+        .collect();
+    assert_eq!(reviewed, [json!("proxy")]);
+
+    // The same in text, for a node: both conditions shown, the second not evaluated.
+    let done = run(
+        &dir,
+        "explain-text",
+        &[
+            "explain".to_owned(),
+            format!("--authorization-config={config}"),
+            format!("--node-name={NODE_NAME}"),
+            "--user=system:node:node-b".to_owned(),
+            "--group=system:nodes".to_owned(),
+            "GET".to_owned(),
+            "/healthz".to_owned(),
+        ],
+    )
+    .await;
+    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    for line in [
+        format!("      condition false         {NOT_NODES}\n"),
+        format!("      condition not evaluated {ONLY_NODES_PROXY}\n"),
+        "      webhook skipped: a condition is false (no opinion)\n".to_owned(),
+    ] {
+        assert!(
+            done.stdout.contains(&line),
+            "{line:?} not in:\n{}",
+            done.stdout
+        );
+    }
+    assert_eq!(api.access_reviews().len(), 1);
+}
