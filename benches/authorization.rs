@@ -1,25 +1,36 @@
 //! Micro-benchmarks of the per-request decision path: attribute mapping and the path gate, the
-//! `Policy` authorizer over 10,000 bindings, review-cache hits and key computation, and the
-//! kubelet's whole authorization loop with `Node,Policy`. Run with `cargo bench`; each benchmark
-//! warms up for 1 s and measures for 2 s, so the whole run takes about a minute once built.
+//! `Policy` authorizer over 10,000 bindings, review-cache hits and key computation, a `Webhook`
+//! authorizer's cached answer without and with match conditions, and the kubelet's whole
+//! authorization loop with `Node,Policy`. Run with `cargo bench`; each benchmark warms up for 1 s
+//! and measures for 2 s, so the whole run takes about a minute once built.
 
 use std::hint::black_box;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http::Method;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
 use tokio::runtime::Runtime;
 
+use kubelet_auth_proxy::apiserver::{ApiServerClient, ApiServerSettings};
 use kubelet_auth_proxy::authn::User;
 use kubelet_auth_proxy::authn::token::token_cache_key;
 use kubelet_auth_proxy::authz::attributes::{AttributeMapping, kubelet_attributes};
+use kubelet_auth_proxy::authz::match_conditions::MatchConditions;
 use kubelet_auth_proxy::authz::node::NodeAuthorizer;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
-use kubelet_auth_proxy::authz::webhook::review_cache_key;
+use kubelet_auth_proxy::authz::webhook::{SubjectAccessReviewAuthorizer, review_cache_key};
 use kubelet_auth_proxy::authz::{Attributes, Authorizer, AuthorizerChain, Decision};
 use kubelet_auth_proxy::cache::{KeyHasher, ReviewCache, random_hmac_key};
 use kubelet_auth_proxy::canonical_path::{PathCheck, check_path};
+use kubelet_auth_proxy::config::authorization::{FailurePolicy, WebhookSpec};
 use kubelet_auth_proxy::decision::{RequestDecision, Unobserved, authorize_request};
 use kubelet_auth_proxy::metrics::{Metrics, ReviewKind};
 use kubelet_auth_proxy::reload::Reloadable;
@@ -348,6 +359,126 @@ fn review_cache(c: &mut Criterion) {
     group.finish();
 }
 
+/// An API server that allows every SubjectAccessReview, over plain HTTP on loopback, counting
+/// them: enough to fill a webhook authorizer's cache once.
+async fn allowing_api_server(reviews: Arc<AtomicUsize>) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let addr = listener.local_addr().expect("a bound address");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let reviews = Arc::clone(&reviews);
+            let service = service_fn(move |_request| {
+                reviews.fetch_add(1, Ordering::Relaxed);
+                let body = r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{},"status":{"allowed":true,"reason":"bench"}}"#;
+                async move {
+                    http::Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(Full::new(Bytes::from_static(body.as_bytes())))
+                }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service),
+            );
+        }
+    });
+    addr
+}
+
+/// A kubeconfig for the API server at `addr`, in a directory of its own.
+fn kubeconfig(addr: SocketAddr) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kap-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let path = dir.join("kubeconfig");
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://{addr}'}}\n\
+             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
+             current-context: x\n"
+        ),
+    )
+    .expect("a kubeconfig");
+    path
+}
+
+/// A Webhook authorizer's answer from its cache, without and with two match conditions (the
+/// Kubernetes documentation's: not a node, and only `nodes/proxy`), both true, so the cache is
+/// still asked: what evaluating the conditions adds to a cached review.
+fn webhook_cache_hit(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime");
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let path = kubeconfig(runtime.block_on(allowing_api_server(Arc::clone(&reviews))));
+    let user = service_account_user();
+    let attrs = attributes(
+        &user,
+        "get",
+        "proxy",
+        "/containerLogs/monitoring/agent-0/agent",
+    );
+    let cases = [
+        ("no_conditions", &[][..]),
+        (
+            "two_conditions",
+            &[
+                "!('system:nodes' in request.groups)",
+                "has(request.resourceAttributes) && request.resourceAttributes.subresource == 'proxy'",
+            ][..],
+        ),
+    ];
+    let mut group = c.benchmark_group("webhook_cache_hit");
+    for (name, conditions) in cases {
+        let spec = WebhookSpec {
+            name: name.to_owned(),
+            kubeconfig: Some(path.clone()),
+            timeout: Duration::from_secs(5),
+            authorized_ttl: Duration::from_secs(300),
+            unauthorized_ttl: Duration::from_secs(30),
+            failure_policy: FailurePolicy::Deny,
+            match_conditions: MatchConditions::compile(conditions.iter().copied())
+                .expect("the documentation's conditions compile"),
+        };
+        let metrics = Arc::new(Metrics::new());
+        let authorizer = runtime.block_on(async {
+            let settings =
+                ApiServerSettings::read(Some(&path), spec.timeout).expect("the kubeconfig loads");
+            SubjectAccessReviewAuthorizer::new(
+                ApiServerClient::new(settings, 16, Arc::clone(&metrics)),
+                &spec,
+                metrics,
+            )
+        });
+        let reviewed = reviews.load(Ordering::Relaxed);
+        for _ in 0..2 {
+            let decision = runtime.block_on(authorizer.authorize(&attrs));
+            assert_eq!(
+                decision.map_err(|e| e.to_string()),
+                Ok(Decision::Allow(kubelet_auth_proxy::authz::Reason::Shared(
+                    Arc::from("bench")
+                ))),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            reviews.load(Ordering::Relaxed),
+            reviewed + 1,
+            "{name}: one review, then the cache"
+        );
+        group.bench_function(name, |b| {
+            b.to_async(&runtime)
+                .iter(|| authorizer.authorize(black_box(&attrs)))
+        });
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(path.parent().unwrap_or(&path));
+}
+
 fn allowed() -> Decision {
     Decision::Allow(kubelet_auth_proxy::authz::Reason::Static("allowed"))
 }
@@ -417,6 +548,6 @@ fn whole_request(c: &mut Criterion) {
 criterion_group! {
     name = benches;
     config = config();
-    targets = attribute_mapping, policy_evaluation, review_cache, whole_request
+    targets = attribute_mapping, policy_evaluation, review_cache, webhook_cache_hit, whole_request
 }
 criterion_main!(benches);
