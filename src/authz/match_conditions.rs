@@ -549,7 +549,7 @@ const KUBERNETES_NAMESPACES: [&str; 2] = ["sets", "format"];
 /// URL, regex, list, IP, CIDR, quantity, semver and image libraries; `duration` and `timestamp`,
 /// left out with the `chrono` feature), by names no cel-rust function has: a call to one would
 /// fail on every request.
-const UNSUPPORTED_FUNCTIONS: [&str; 50] = [
+const UNSUPPORTED_FUNCTIONS: [&str; 52] = [
     "add",
     "asApproximateFloat",
     "asInteger",
@@ -590,6 +590,8 @@ const UNSUPPORTED_FUNCTIONS: [&str; 50] = [
     "isUnspecified",
     "major",
     "masked",
+    "max",
+    "min",
     "minor",
     "patch",
     "prefixLength",
