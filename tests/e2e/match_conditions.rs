@@ -3,11 +3,13 @@
 //! webhook at all and the exact SubjectAccessReview bodies those send (the examples of the
 //! Kubernetes authorization documentation: skip the nodes, ask only about `nodes/proxy`), an
 //! evaluation error answered by the failure policy (Deny: the kubelet's 500; NoOpinion: the next
-//! authorizer decides), the metrics, and `explain` showing each condition's result.
+//! authorizer decides), the metrics, `explain` showing each condition's result, and the example
+//! of docs/OPERATIONS.md.
 
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use crate::manifests::{file, read};
 use crate::support::TempDir;
 use crate::support::apiserver::{ApiServer, Flavour, Verdict};
 use crate::support::client::Identity;
@@ -273,6 +275,49 @@ async fn explain_shows_each_condition_and_whether_the_webhook_was_called() {
             "{line:?} not in:\n{}",
             done.stdout
         );
+    }
+    assert_eq!(api.access_reviews().len(), 1);
+}
+
+/// The AuthorizationConfiguration example of docs/OPERATIONS.md, reviewing with the stand-in in
+/// place of its kubeconfig, serves as documented: a caller is reviewed about nodes/proxy only.
+#[tokio::test]
+async fn the_documented_example_reviews_only_nodes_proxy() {
+    let doc = read(&file("docs/OPERATIONS.md"));
+    let start = doc
+        .find("apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\n")
+        .expect("OPERATIONS.md has an AuthorizationConfiguration example");
+    let block = &doc[start..];
+    let example = &block[..block.find("```").unwrap()];
+    let api = ApiServer::start().await;
+    api.set_rules(|_| Verdict::allow());
+    let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
+    let example = example.replace(
+        "/etc/kubelet-auth-proxy/kubeconfig",
+        &kubeconfig.display().to_string(),
+    );
+    assert!(example.contains("matchConditions:"), "{example}");
+    let dir = TempDir::new("match-conditions-documented");
+    let config = dir.write("authorization.yaml", example);
+    let h = ProxySpec::new(&[&format!("--authorization-config={}", config.display())])
+        .start()
+        .await;
+
+    let alice = h.ca.issue(&CertSpec::client("alice"));
+    let reply = h.client(Identity::of(&alice)).get("/pods").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(
+        api.access_reviews(),
+        vec![review("alice", &[], "proxy", alice.leaf())]
+    );
+    // Node identities are never reviewed: another node's is denied by Node, this node's own is
+    // skipped by the webhook and, with nothing else in the chain, refused.
+    for node in [
+        format!("system:node:{NODE_NAME}"),
+        "system:node:node-b".to_owned(),
+    ] {
+        let reply = h.user(&node, &["system:nodes"]).get("/pods").await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text());
     }
     assert_eq!(api.access_reviews().len(), 1);
 }
