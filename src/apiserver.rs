@@ -30,10 +30,12 @@ use crate::reload::{ReloadError, ReloadTarget, Reloadable};
 
 pub mod failure;
 mod gate;
+mod hold;
 
 use failure::FailureReports;
 use gate::ReviewGate;
 pub use gate::{Refused, WAITING_PER_PERMIT};
+use hold::HoldOff;
 
 /// Largest API server answer read; TokenReview and SubjectAccessReview answers are a few KiB.
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
@@ -303,6 +305,10 @@ pub enum ApiCallError {
     /// Never sent: too many reviews of its kind were in flight.
     #[error(transparent)]
     Busy(#[from] Refused),
+    /// Never sent: the API server asked this client to wait (`Retry-After`) longer than the
+    /// review may wait.
+    #[error("API server asked to wait (Retry-After) {0:?} more: not asked")]
+    HeldOff(Duration),
 }
 
 /// What one attempt produced, with what the retry decision needs.
@@ -310,6 +316,9 @@ struct AttemptError {
     error: ApiCallError,
     /// `DefaultShouldRetry`'s verdict.
     retry: bool,
+    /// The delay a 429 or 5xx asked for (`Retry-After` or `details.retryAfterSeconds`): the
+    /// whole client holds off that long ([`hold`]).
+    hold: Option<Duration>,
 }
 
 /// A client of the API server's review endpoints. Cheap to share: one pooled connection set.
@@ -322,6 +331,8 @@ pub struct ApiServerClient {
     gates: Arc<[ReviewGate; 2]>,
     /// Failed reviews, reported once a minute per kind and cause.
     failures: Arc<FailureReports>,
+    /// The API server's `Retry-After`, obeyed by every review call of this client.
+    hold: Arc<HoldOff>,
 }
 
 impl std::fmt::Debug for ApiServerClient {
@@ -356,6 +367,7 @@ impl ApiServerClient {
             metrics,
             gates,
             failures: Arc::default(),
+            hold: Arc::default(),
         }
     }
 
@@ -456,8 +468,19 @@ impl ApiServerClient {
         let _place = gate.enter().await?;
         let mut attempt = 1;
         loop {
+            let pass = match self.hold.admit(self.timeout).await {
+                Ok(pass) => pass,
+                Err(held) => {
+                    self.metrics.review_deferred(kind);
+                    let error = ApiCallError::HeldOff(held.remaining);
+                    self.metrics.review_failed(kind, failure::cause(&error));
+                    self.failures.report(kind, &error);
+                    return Err(error);
+                }
+            };
             let started = Instant::now();
             let result = self.attempt(path, body.clone()).await;
+            pass.answered(result.as_ref().err().and_then(|e| e.hold));
             self.metrics.observe_api_call(
                 &ApiCallLabels {
                     kind,
@@ -474,7 +497,7 @@ impl ApiServerClient {
             );
             match result {
                 Ok((_, bytes)) => return Ok(bytes),
-                Err(AttemptError { error, retry }) => {
+                Err(AttemptError { error, retry, .. }) => {
                     if !retry || attempt == MAX_ATTEMPTS {
                         self.metrics.review_failed(kind, failure::cause(&error));
                         self.failures.report(kind, &error);
@@ -498,6 +521,7 @@ impl ApiServerClient {
             .map_err(|e| AttemptError {
                 error: ApiCallError::InvalidResponse(format!("building request: {e}")),
                 retry: false,
+                hold: None,
             })?;
         let exchange = async {
             let client = self.credentials.client();
@@ -521,6 +545,7 @@ impl ApiServerClient {
                         ApiCallError::Transport(format!("reading the answer: {e}"))
                     },
                     retry: false,
+                    hold: None,
                 })?
                 .to_bytes();
             if status.is_success() {
@@ -535,6 +560,7 @@ impl ApiServerClient {
                 error: ApiCallError::Timeout(self.timeout),
                 // Client-side timeouts are not retried (DefaultShouldRetry).
                 retry: false,
+                hold: None,
             }),
         }
     }
@@ -576,6 +602,7 @@ fn transport_error(error: kube::Error) -> AttemptError {
     AttemptError {
         error: ApiCallError::Transport(short(&error.to_string())),
         retry,
+        hold: None,
     }
 }
 
@@ -627,7 +654,7 @@ pub fn classify_error_answer(
     retry_after: u64,
     body: &[u8],
 ) -> (ApiCallError, bool) {
-    let AttemptError { error, retry } = status_error(status, retry_after, body);
+    let AttemptError { error, retry, .. } = status_error(status, retry_after, body);
     (error, retry)
 }
 
@@ -652,8 +679,11 @@ fn status_error(status: StatusCode, retry_after: u64, body: &[u8]) -> AttemptErr
     } else {
         parsed.reason
     };
-    let delay_requested =
-        retry_after > 0 || parsed.details.is_some_and(|d| d.retry_after_seconds > 0);
+    let requested = retry_after.max(parsed.details.map_or(0, |d| d.retry_after_seconds));
+    let delay_requested = requested > 0;
+    // client-go waits the Retry-After of a 429 or a 5xx (`checkWait`); here the whole client does.
+    let hold =
+        (delay_requested && (code == 429 || code >= 500)).then(|| Duration::from_secs(requested));
     let retry = matches!(
         reason.as_str(),
         "InternalError" | "Timeout" | "TooManyRequests" | "ServerTimeout"
@@ -671,6 +701,7 @@ fn status_error(status: StatusCode, retry_after: u64, body: &[u8]) -> AttemptErr
             message,
         },
         retry,
+        hold,
     }
 }
 

@@ -228,6 +228,7 @@ pub struct Metrics {
     reloads: Family<ReloadLabels, Counter>,
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     review_failures: Family<ReviewFailureLabels, Counter>,
+    reviews_deferred: Family<ReviewKindLabels, Counter>,
     audit_dropped: Counter,
     audit_suppressed: Counter,
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
@@ -342,6 +343,12 @@ impl Metrics {
             "TokenReviews and SubjectAccessReviews that failed after their retries, by cause; each failed its request closed",
             review_failures.clone(),
         );
+        let reviews_deferred = Family::<ReviewKindLabels, Counter>::default();
+        registry.register(
+            "apiserver_reviews_held_off",
+            "Reviews not sent because the API server's Retry-After outlasted --apiserver-request-timeout; each failed its request closed",
+            reviews_deferred.clone(),
+        );
         let audit_dropped = Counter::default();
         registry.register(
             "audit_events_dropped",
@@ -384,6 +391,7 @@ impl Metrics {
             reloads,
             upstream_errors,
             review_failures,
+            reviews_deferred,
             audit_dropped,
             audit_suppressed,
             match_condition_exclusions,
@@ -498,6 +506,14 @@ impl Metrics {
     pub fn upstream_failed(&self, cause: &'static str) {
         self.upstream_errors
             .get_or_create(&UpstreamErrorLabels { cause })
+            .inc();
+    }
+
+    /// Counts a review call not sent because the API server's `Retry-After` outlasted what the
+    /// review may wait.
+    pub fn review_deferred(&self, kind: ReviewKind) {
+        self.reviews_deferred
+            .get_or_create(&ReviewKindLabels { kind })
             .inc();
     }
 

@@ -16,7 +16,7 @@ pub fn cause(error: &ApiCallError) -> &'static str {
         ApiCallError::Timeout(_) => "timeout",
         ApiCallError::Status { code: 401, .. } => "unauthorized",
         ApiCallError::Status { code: 403, .. } => "forbidden",
-        ApiCallError::Status { code: 429, .. } => "throttled",
+        ApiCallError::Status { code: 429, .. } | ApiCallError::HeldOff(_) => "throttled",
         ApiCallError::Status {
             code: 500..=599, ..
         } => "server_error",
@@ -41,7 +41,7 @@ pub fn hint(kind: ReviewKind, error: &ApiCallError) -> &'static str {
             ": the proxy's identity may not create subjectaccessreviews: bind it to the \
              ClusterRole system:auth-delegator"
         }
-        (ApiCallError::Status { code: 429, .. }, _) => {
+        (ApiCallError::Status { code: 429, .. } | ApiCallError::HeldOff(_), _) => {
             ": the API server is shedding load; requests fail closed until it recovers"
         }
         (ApiCallError::Transport(_), _) => ": check the kubeconfig's server address and CA",

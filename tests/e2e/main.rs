@@ -32,6 +32,7 @@ mod path_safety;
 mod paths;
 mod pod_scoped;
 mod reload;
+mod retry_after;
 mod review_bounds;
 mod secrets;
 mod self_contained;

@@ -344,6 +344,8 @@ pub struct Call {
     pub serial: Option<String>,
     /// The status code answered.
     pub status: u16,
+    /// When it arrived.
+    pub arrived: std::time::Instant,
 }
 
 /// A fault waiting to be served.
@@ -814,12 +816,14 @@ async fn handle(
         let presented = req.headers().get(AUTHORIZATION)?;
         (presented.as_bytes() == expected.as_bytes()).then_some(Caller::Token)
     });
+    let arrived = std::time::Instant::now();
     let response = answer(req, kind, caller.is_some(), shared, hold).await;
     shared.lock().calls.push(Call {
         kind,
         caller,
         serial,
         status: response.status().as_u16(),
+        arrived,
     });
     response
 }

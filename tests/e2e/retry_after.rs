@@ -1,0 +1,117 @@
+//! The API server's `Retry-After`, obeyed by the whole review client: while it answers 429, one
+//! call goes out per `Retry-After` for all keys and both kinds together, the requests waiting
+//! for a review are answered once it recovers, and a hold longer than a review may wait fails
+//! closed without calling.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, Target, TokenUser, Verdict};
+use crate::support::client::{empty, request};
+use crate::support::harness::ProxySpec;
+
+/// The 429s' `Retry-After`.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn one_call_per_retry_after_for_every_key_then_all_are_answered() {
+    let api = ApiServer::start().await;
+    api.set_rules(|_| Verdict::allow());
+    let h = ProxySpec::new(&[
+        "--authorization-mode=Webhook",
+        "--apiserver-request-timeout=8s",
+    ])
+    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .start()
+    .await;
+
+    // Three 429s in a row, then normal answers. One user meets the first; eleven more users
+    // (eleven more keys) ask while the API server is holding the proxy off.
+    api.inject(
+        Target::Both,
+        Fault::TooManyRequests {
+            retry_after_seconds: 1,
+        },
+        3,
+    );
+    let mut requests = Vec::new();
+    for n in 0..12 {
+        let client = h.user(&format!("user-{n}"), &[]);
+        requests.push(tokio::spawn(async move { client.get("/pods").await }));
+        if n == 0 {
+            api.wait_for_arrivals(Kind::SubjectAccessReview, 1).await;
+        }
+    }
+    for request in requests {
+        let reply = request.await.unwrap();
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    }
+
+    let mut calls = api.calls();
+    calls.sort_by_key(|c| c.arrived);
+    let statuses: Vec<u16> = calls.iter().map(|c| c.status).collect();
+    // One call per Retry-After while the API server refused: the three 429s and the call that
+    // found it answering again; then the eleven others at once. One review per user.
+    assert_eq!(statuses[..4], [429, 429, 429, 201], "{calls:?}");
+    assert_eq!(calls.len(), 15, "{calls:?}");
+    // Each call after a 429 came no sooner than its Retry-After (a lower bound: a loaded machine
+    // only spaces calls further; 50 ms of slack for the answer's own way back).
+    for pair in calls[..4].windows(2) {
+        let gap = pair[1].arrived.duration_since(pair[0].arrived);
+        assert!(
+            gap >= RETRY_AFTER - Duration::from_millis(50),
+            "{gap:?}: {calls:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_hold_longer_than_a_review_may_wait_fails_closed_without_calling() {
+    let api = ApiServer::start().await;
+    api.add_token("tok", TokenUser::new("carol"));
+    api.set_rules(|_| Verdict::allow());
+    let h = ProxySpec::new(&[
+        "--authentication-token-webhook",
+        "--authorization-mode=Webhook",
+        "--apiserver-request-timeout=1s",
+    ])
+    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .start()
+    .await;
+
+    api.inject(
+        Target::Both,
+        Fault::TooManyRequests {
+            retry_after_seconds: 10,
+        },
+        1,
+    );
+    let reply = h.user("alice", &[]).get("/pods").await;
+    assert_eq!(
+        reply.status,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "{}",
+        reply.text()
+    );
+    // During the hold: a TokenReview is not made either, and the caller gets the kubelet's 401.
+    let reply = h
+        .anonymous()
+        .send(
+            request("GET", "/pods")
+                .header("authorization", "Bearer tok")
+                .body(empty())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(api.calls().len(), 1, "{:?}", api.calls());
+    assert_eq!(
+        h.metric(
+            "kubelet_auth_proxy_apiserver_reviews_held_off_total",
+            &[("kind", "TokenReview")]
+        )
+        .await,
+        1.0
+    );
+}
