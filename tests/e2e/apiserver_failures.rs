@@ -4,12 +4,12 @@
 
 use http::StatusCode;
 
-use crate::support::TempDir;
 use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, TokenUser};
 use crate::support::client::{Client, Identity, empty, request};
 use crate::support::metrics::total;
 use crate::support::pki::{Authority, CertSpec};
 use crate::support::process::{ProxyProcess, proxy_config};
+use crate::support::{TempDir, eventually};
 
 #[tokio::test]
 async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
@@ -61,7 +61,13 @@ async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
         .await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
 
-    let log = proxy.stderr();
+    // The log reaches the test through a pipe: wait until both reports are in.
+    let log = eventually("both failure reports in the log", || async {
+        let log = proxy.stderr();
+        (log.contains("SubjectAccessReview failed") && log.contains("TokenReview failed"))
+            .then_some(log)
+    })
+    .await;
     let forbidden: Vec<&str> = log
         .lines()
         .filter(|l| {

@@ -27,7 +27,7 @@ use crate::support::client::{
 use crate::support::pki::{Authority, CertSpec, Issued};
 use crate::support::process::{ProxyProcess, run};
 use crate::support::streams::{EXEC_PROTOCOL, ExecSession};
-use crate::support::within;
+use crate::support::{eventually, within};
 
 const NODE: &str = "node-1";
 
@@ -253,13 +253,13 @@ async fn a_kubeadm_node_goes_behind_the_proxy_with_the_shipped_files() {
     session.echo(b"date\n").await;
     session.close().await;
 
-    // Both are in the audit log; the proxy is ready and its credentials were loaded once.
-    let audit = std::fs::read_to_string(root.at("/var/log/kubelet-auth-proxy/audit.log"))
-        .unwrap_or_default();
-    assert!(
-        audit.contains("/metrics/cadvisor") && audit.contains("/exec/"),
-        "{audit}"
-    );
+    // Both are in the audit log (written by its own task, so awaited); the proxy is ready.
+    let log = root.at("/var/log/kubelet-auth-proxy/audit.log");
+    eventually("the scrape and the exec in the audit log", || async {
+        let audit = std::fs::read_to_string(&log).unwrap_or_default();
+        (audit.contains("/metrics/cadvisor") && audit.contains("/exec/")).then_some(())
+    })
+    .await;
     assert_eq!(
         plain_get(proxy.admin_addr(), "/readyz").await.status,
         StatusCode::OK
