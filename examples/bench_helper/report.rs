@@ -141,6 +141,92 @@ struct Burst {
     summary: Value,
 }
 
+/// The counts of the deterministic section for one setup, connection count and target.
+#[derive(Debug, Clone)]
+struct Det {
+    setup: String,
+    connections: u64,
+    target: String,
+    status: String,
+    /// Instructions (callgrind's Ir) of the measured run, from zeroing to dump.
+    instructions: Option<u64>,
+    /// Responses and failed requests of the measured run under callgrind.
+    cg: Answers,
+    /// The same for the shorter run before it (a fifth of the requests, as many connections).
+    instructions_short: Option<u64>,
+    cg_short: Answers,
+    /// Reviews the stand-in API server received during the run under callgrind.
+    token_reviews: Option<u64>,
+    access_reviews: Option<u64>,
+    /// Context switches over the second run (no valgrind, no tracer), summed over threads.
+    voluntary: Option<u64>,
+    nonvoluntary: Option<u64>,
+    ctx: Answers,
+    /// Syscalls over the third run (perf stat or strace attached).
+    syscalls: Option<u64>,
+    sys: Answers,
+}
+
+/// What one oha run got back.
+#[derive(Debug, Clone, Copy, Default)]
+struct Answers {
+    responses: u64,
+    /// Responses other than 200, and requests that got no response.
+    failed: u64,
+}
+
+impl Answers {
+    fn of(oha: &Value) -> Answers {
+        let sum = |v: &Value| -> u64 {
+            v.as_object()
+                .map(|m| m.values().filter_map(Value::as_u64).sum())
+                .unwrap_or(0)
+        };
+        let codes = &oha["statusCodeDistribution"];
+        let responses = sum(codes);
+        let ok = codes["200"].as_u64().unwrap_or(0);
+        Answers {
+            responses,
+            failed: sum(&oha["errorDistribution"]) + responses.saturating_sub(ok),
+        }
+    }
+
+    /// `count` per response.
+    fn per(&self, count: Option<u64>) -> Option<f64> {
+        count
+            .filter(|_| self.responses > 0)
+            .map(|c| c as f64 / self.responses as f64)
+    }
+}
+
+impl Det {
+    fn instructions_per_request(&self) -> Option<f64> {
+        self.cg.per(self.instructions)
+    }
+    /// What one more request on an open connection costs: the difference between the two runs
+    /// under callgrind, which opened as many connections, over the difference in responses.
+    fn marginal_instructions_per_request(&self) -> Option<f64> {
+        let more = self.cg.responses.checked_sub(self.cg_short.responses)?;
+        let ir = self.instructions?.checked_sub(self.instructions_short?)?;
+        (more > 0).then(|| ir as f64 / more as f64)
+    }
+    /// The rest of the measured run per connection: the TLS handshake, accepting and closing.
+    fn instructions_per_connection(&self) -> Option<f64> {
+        let marginal = self.marginal_instructions_per_request()?;
+        let rest = self.instructions? as f64 - marginal * self.cg.responses as f64;
+        (self.connections > 0).then(|| rest / self.connections as f64)
+    }
+    fn voluntary_per_request(&self) -> Option<f64> {
+        self.ctx.per(self.voluntary)
+    }
+    fn nonvoluntary_per_request(&self) -> Option<f64> {
+        self.ctx.per(self.nonvoluntary)
+    }
+    fn syscalls_per_request(&self) -> Option<f64> {
+        self.sys.per(self.syscalls)
+    }
+}
+
 /// Everything a run recorded.
 #[derive(Debug, Default)]
 struct Run {
@@ -150,6 +236,7 @@ struct Run {
     streams: Vec<Stream>,
     conns: Vec<ConnStep>,
     bursts: Vec<Burst>,
+    dets: Vec<Det>,
 }
 
 fn num<T: std::str::FromStr>(field: Option<&&str>) -> Option<T> {
@@ -171,7 +258,10 @@ impl Run {
     /// - `load <case> <target> <status> <oha json file> <cpu ticks> <VmHWM KiB> <upstream conns>`;
     /// - `stream <target> <round> <status> <bytes> <seconds> <cpu ticks> <VmHWM KiB>`;
     /// - `conn <target> <idle connections> <status> <established> <VmRSS KiB> <VmHWM KiB>`;
-    /// - `burst <target> <x509|one|distinct> <status> <TokenReviews> <SARs> <summary json file>`.
+    /// - `burst <target> <x509|one|distinct> <status> <TokenReviews> <SARs> <summary json file>`;
+    /// - `det <x509|token> <connections> <target> <status> <oha json under callgrind> <Ir>
+    ///   <TokenReviews> <SARs> <oha json> <voluntary switches> <nonvoluntary switches>
+    ///   <oha json> <syscalls> <oha json of the short run under callgrind> <its Ir>`.
     ///
     /// A status other than `ok` says what went wrong; unknown lines are skipped.
     fn parse(text: &str) -> Run {
@@ -218,6 +308,23 @@ impl Run {
                     token_reviews: num(f.get(4)),
                     access_reviews: num(f.get(5)),
                     summary: read_json(f[6]),
+                }),
+                Some("det") if f.len() >= 14 => run.dets.push(Det {
+                    setup: f[1].to_owned(),
+                    connections: num(f.get(2)).unwrap_or(0),
+                    target: f[3].to_owned(),
+                    status: f[4].to_owned(),
+                    cg: Answers::of(&read_json(f[5])),
+                    instructions: num(f.get(6)),
+                    token_reviews: num(f.get(7)),
+                    access_reviews: num(f.get(8)),
+                    ctx: Answers::of(&read_json(f[9])),
+                    voluntary: num(f.get(10)),
+                    nonvoluntary: num(f.get(11)),
+                    sys: Answers::of(&read_json(f[12])),
+                    syscalls: num(f.get(13)),
+                    cg_short: f.get(14).map(|p| Answers::of(&read_json(p))).unwrap_or_default(),
+                    instructions_short: num(f.get(15)),
                 }),
                 _ => {}
             }
@@ -270,6 +377,12 @@ impl Run {
         let connections = most.established? as f64 - idle.established.unwrap_or(0) as f64;
         let grown = most.rss_kib? as f64 - idle.rss_kib? as f64;
         (connections > 0.0).then_some(grown / connections)
+    }
+
+    fn det(&self, setup: &str, connections: u64, target: &str) -> Option<&Det> {
+        self.dets
+            .iter()
+            .find(|d| d.setup == setup && d.connections == connections && d.target == target)
     }
 
     fn burst(&self, target: &str, kind: &str) -> Option<&Burst> {
@@ -702,30 +815,37 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
          no kubelet authorization: it is the floor of what a proxy costs."
     );
 
-    let _ = writeln!(w, "\n## Targets\n");
-    let _ = writeln!(w, "| Proxy | Target | Figure | Met |\n|---|---|---|---|");
-    for goal in goals(run) {
+    let goals = goals(run);
+    // A run of the deterministic section alone measures none of the targets.
+    if goals.iter().any(|g| g.met.is_some()) {
+        let _ = writeln!(w, "\n## Targets\n");
+        let _ = writeln!(w, "| Proxy | Target | Figure | Met |\n|---|---|---|---|");
+        for goal in goals {
+            let _ = writeln!(
+                w,
+                "| {} | {} | {} | {} |",
+                goal.proxy,
+                goal.target,
+                goal.figure,
+                yes_no(goal.met)
+            );
+        }
         let _ = writeln!(
             w,
-            "| {} | {} | {} | {} |",
-            goal.proxy,
-            goal.target,
-            goal.figure,
-            yes_no(goal.met)
+            "\nNot measured by this harness: \"zero avoidable per-request allocations, no lock held \
+             across an await\" (a profile and code review answer those, not a load test).\n"
         );
+    } else {
+        let _ = writeln!(w);
     }
-    let _ = writeln!(
-        w,
-        "\nNot measured by this harness: \"zero avoidable per-request allocations, no lock held \
-         across an await\" (a profile and code review answer those, not a load test).\n"
-    );
 
-    let _ = writeln!(
-        w,
-        "## 1. Requests: direct, through the proxy, through nginx\n"
-    );
-    let _ = writeln!(
-        w,
+    if !run.loads.is_empty() {
+        let _ = writeln!(
+            w,
+            "## 1. Requests: direct, through the proxy, through nginx\n"
+        );
+        let _ = writeln!(
+            w,
         "oha, {} connections unless said otherwise, keep-alive; {}. *vs direct*: requests/s as a \
          share of the direct connection's in the same case. *CPU/request*: the process's \
          utime + stime from `/proc/<pid>/stat` over the measured run, divided by the responses \
@@ -743,7 +863,8 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
                  peak RSS the highest"
             ),
         }
-    );
+        );
+    }
     for (case, title, what) in CASES {
         if !run.loads.iter().any(|l| l.case == *case) {
             continue;
@@ -960,6 +1081,10 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
         let _ = writeln!(w);
     }
 
+    if !run.dets.is_empty() {
+        deterministic_markdown(w, run, &meta);
+    }
+
     let _ = writeln!(w, "## How it is measured\n");
     let _ = writeln!(
         w,
@@ -994,6 +1119,247 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
         );
     }
     md
+}
+
+/// Figures with a thousands separator: 152,340.
+fn fmt_count(v: Option<f64>) -> String {
+    or_dash(v.map(|v| {
+        let digits = format!("{:.0}", v.round());
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        out
+    }))
+}
+
+fn fmt_per_request(v: Option<f64>) -> String {
+    or_dash(v.map(|v| format!("{v:.2}")))
+}
+
+/// Section 5: instructions, context switches and syscalls per request.
+fn deterministic_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&str) -> String) {
+    let _ = writeln!(
+        w,
+        "## 5. Counted per request: instructions, context switches, syscalls\n"
+    );
+    let _ = writeln!(
+        w,
+        "Counts that do not depend on how busy the machine is, for the requests of cases (a) \
+         (x509) and (b) (warm token): `GET /healthz`, 1 KiB, keep-alive, HTTP/1.1, with oha \
+         `-n {n} -c C`, after an unmeasured `-n {warm} -c C` on a freshly started target \
+         (section run: {secs} s). Each figure is a total over the {n} measured requests divided \
+         by the responses.\n\n\
+         - **Instructions** (Ir): the target runs under `valgrind --tool=callgrind` ({valgrind}); \
+         after the warm-up `callgrind_control -z` zeroes its counters, the measured requests \
+         run, `callgrind_control -d` dumps, and the dump's `totals:` is divided by the \
+         responses. All threads are counted (callgrind runs them one at a time). The C TLS \
+         handshakes of the measured run are included (oha opens its connections anew), so \
+         per-request figures at 64 connections carry 64 handshakes spread over {n} requests.\n\
+         - **Context switches**: the target started again without valgrind, warmed up the same \
+         way; `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` summed over \
+         `/proc/<pid>/task/*/status` before and after {n} requests. Threads that end in between \
+         take their counts with them (none should: the proxy's runtime threads live as long as \
+         it does).\n\
+         - **Syscalls**: on that same process, a further {n} requests with {tool} attached to \
+         every thread (`{how}`); counted from attaching to detaching, so the idle second around \
+         the run is included.\n\
+         - **The nginx reference** runs as one process here (`master_process off; \
+         worker_processes 1;`, otherwise the configuration below): the process that serves is \
+         the one callgrind runs and the one counted, without a fork to follow \
+         (`--trace-children`) or a master's counts to add. The proxy runs as it always does \
+         (one process, tokio's multi-threaded runtime, a worker thread per core).\n",
+        n = meta("det_requests"),
+        warm = meta("det_warmup"),
+        secs = meta("det_wall_s"),
+        valgrind = meta("valgrind"),
+        tool = meta("syscall_tool_version"),
+        how = match meta("syscall_tool").as_str() {
+            "perf" => "perf stat -e raw_syscalls:sys_enter -p PID",
+            _ => "strace -c -f -p PID",
+        },
+    );
+    let setups = [("x509", "x509"), ("token", "warm token")];
+    let mut connections: Vec<u64> = run.dets.iter().map(|d| d.connections).collect();
+    connections.sort_unstable();
+    connections.dedup();
+    let proxies = run.proxies();
+
+    let _ = writeln!(w, "### Instructions per request\n");
+    let mut header = "| Case | Connections |".to_owned();
+    let mut rule = "|---|---:|".to_owned();
+    for p in &proxies {
+        let _ = write!(header, " {p} |");
+        rule.push_str("---:|");
+    }
+    let _ = write!(header, " {REFERENCE} |");
+    rule.push_str("---:|");
+    for p in &proxies {
+        let _ = write!(header, " {p} ÷ nginx |");
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(w, "{header}\n{rule}");
+    for (setup, title) in setups {
+        for c in &connections {
+            let Some(reference) = run.det(setup, *c, REFERENCE) else {
+                continue;
+            };
+            let nginx = reference.instructions_per_request();
+            let mut row = format!("| {title} | {c} |");
+            let mut ratios = String::new();
+            for p in &proxies {
+                let ours = run.det(setup, *c, p);
+                let ir = ours.and_then(Det::instructions_per_request);
+                let _ = write!(row, " {} |", fmt_count(ir));
+                let _ = write!(
+                    ratios,
+                    " {} |",
+                    or_dash(ratio(ir, nginx).map(|r| format!("{r:.2}×")))
+                );
+            }
+            let _ = writeln!(w, "{row} {} |{ratios}", fmt_count(nginx));
+        }
+    }
+
+    let _ = writeln!(
+        w,
+        "\n### Instructions per request on an open connection, and per connection\n\n\
+         The figures above, split: *per request* is (Ir of the {n}-request run − Ir of a \
+         {short}-request run just before it, same process, same connection count, counters \
+         zeroed in between) ÷ the difference in responses, so the handshakes, equal in both, \
+         cancel out. *Per connection* is what is left of the {n}-request run's Ir per connection \
+         opened: the TLS handshake with client certificate, accepting and closing.\n",
+        n = meta("det_requests"),
+        short = meta("det_requests").parse::<u64>().map(|n| (n / 5).to_string()).unwrap_or_default(),
+    );
+    let mut header = "| Case | Connections |".to_owned();
+    let mut rule = "|---|---:|".to_owned();
+    for t in proxies.iter().copied().chain([REFERENCE]) {
+        let _ = write!(header, " {t}: per request |");
+        rule.push_str("---:|");
+    }
+    for p in &proxies {
+        let _ = write!(header, " {p} ÷ nginx |");
+        rule.push_str("---:|");
+    }
+    for t in proxies.iter().copied().chain([REFERENCE]) {
+        let _ = write!(header, " {t}: per connection |");
+        rule.push_str("---:|");
+    }
+    let _ = writeln!(w, "{header}\n{rule}");
+    for (setup, title) in setups {
+        for c in &connections {
+            let Some(reference) = run.det(setup, *c, REFERENCE) else {
+                continue;
+            };
+            let nginx = reference.marginal_instructions_per_request();
+            let mut row = format!("| {title} | {c} |");
+            for p in &proxies {
+                let ir = run.det(setup, *c, p).and_then(Det::marginal_instructions_per_request);
+                let _ = write!(row, " {} |", fmt_count(ir));
+            }
+            let _ = write!(row, " {} |", fmt_count(nginx));
+            for p in &proxies {
+                let ir = run.det(setup, *c, p).and_then(Det::marginal_instructions_per_request);
+                let _ = write!(
+                    row,
+                    " {} |",
+                    or_dash(ratio(ir, nginx).map(|r| format!("{r:.2}×")))
+                );
+            }
+            for t in proxies.iter().copied().chain([REFERENCE]) {
+                let per = run.det(setup, *c, t).and_then(Det::instructions_per_connection);
+                let _ = write!(row, " {} |", fmt_count(per));
+            }
+            let _ = writeln!(w, "{row}");
+        }
+    }
+
+    let _ = writeln!(
+        w,
+        "\n### Context switches and syscalls per request\n\n\
+         *Switches*: voluntary + nonvoluntary, per request.\n"
+    );
+    let targets: Vec<&str> = proxies.iter().copied().chain([REFERENCE]).collect();
+    let mut header = "| Case | Connections |".to_owned();
+    let mut rule = "|---|---:|".to_owned();
+    for t in &targets {
+        let _ = write!(header, " {t}: switches | {t}: syscalls |");
+        rule.push_str("---:|---:|");
+    }
+    let _ = writeln!(w, "{header}\n{rule}");
+    for (setup, title) in setups {
+        for c in &connections {
+            if !targets.iter().any(|t| run.det(setup, *c, t).is_some()) {
+                continue;
+            }
+            let mut row = format!("| {title} | {c} |");
+            for t in &targets {
+                match run.det(setup, *c, t) {
+                    Some(d) => {
+                        let _ = write!(
+                            row,
+                            " {} + {} | {} |",
+                            fmt_per_request(d.voluntary_per_request()),
+                            fmt_per_request(d.nonvoluntary_per_request()),
+                            fmt_per_request(d.syscalls_per_request())
+                        );
+                    }
+                    None => row.push_str(" | |"),
+                }
+            }
+            let _ = writeln!(w, "{row}");
+        }
+    }
+
+    let mut notes = Vec::new();
+    for d in &run.dets {
+        let label = format!("{}, {}, {} connection(s)", d.target, d.setup, d.connections);
+        if d.status != "ok" {
+            notes.push(format!("{label}: {}", d.status));
+        }
+        for (what, a) in [
+            ("callgrind", d.cg),
+            ("short callgrind", d.cg_short),
+            ("switches", d.ctx),
+            ("syscalls", d.sys),
+        ] {
+            if a.failed > 0 || a.responses == 0 {
+                notes.push(format!(
+                    "{label}, {what} run: {} responses, {} failed",
+                    a.responses, a.failed
+                ));
+            }
+        }
+        if d.setup == "token" && d.target != REFERENCE {
+            match (d.token_reviews, d.access_reviews) {
+                (Some(0), Some(0)) => {}
+                (t, s) => notes.push(format!(
+                    "{label}: the stand-in API server got {} TokenReviews and {} SARs during \
+                     the run under callgrind (expected none: warm caches)",
+                    or_dash(t.map(|v| v.to_string())),
+                    or_dash(s.map(|v| v.to_string()))
+                )),
+            }
+        }
+    }
+    if notes.is_empty() {
+        let _ = writeln!(
+            w,
+            "\nEvery measured request got a 200, and in the token case the stand-in API server \
+             received no review during the measured requests: the token and the decision came \
+             from the caches.\n"
+        );
+    } else {
+        let _ = writeln!(w, "\nNotes:\n");
+        for n in notes {
+            let _ = writeln!(w, "- {n}");
+        }
+        let _ = writeln!(w);
+    }
 }
 
 /// `s` with the run's temporary directories named, not spelled: the work directory as `$WORK`,
@@ -1104,6 +1470,49 @@ fn results_json(run: &Run, work_dir: &Path) -> Value {
             })
         })
         .collect();
+    let dets: Vec<Value> = run
+        .dets
+        .iter()
+        .map(|d| {
+            let nginx = run
+                .det(&d.setup, d.connections, REFERENCE)
+                .and_then(Det::instructions_per_request);
+            json!({
+                "case": d.setup,
+                "connections": d.connections,
+                "target": d.target,
+                "status": d.status,
+                "instructionsPerRequest": d.instructions_per_request(),
+                "ratioToReference": ratio(d.instructions_per_request(), nginx),
+                "instructionsPerRequestOnOpenConnection": d.marginal_instructions_per_request(),
+                "instructionsPerConnection": d.instructions_per_connection(),
+                "voluntarySwitchesPerRequest": d.voluntary_per_request(),
+                "nonvoluntarySwitchesPerRequest": d.nonvoluntary_per_request(),
+                "syscallsPerRequest": d.syscalls_per_request(),
+                "callgrind": {
+                    "instructions": d.instructions,
+                    "responses": d.cg.responses,
+                    "failed": d.cg.failed,
+                    "shortRunInstructions": d.instructions_short,
+                    "shortRunResponses": d.cg_short.responses,
+                    "shortRunFailed": d.cg_short.failed,
+                    "tokenReviews": d.token_reviews,
+                    "subjectAccessReviews": d.access_reviews,
+                },
+                "switches": {
+                    "voluntary": d.voluntary,
+                    "nonvoluntary": d.nonvoluntary,
+                    "responses": d.ctx.responses,
+                    "failed": d.ctx.failed,
+                },
+                "syscalls": {
+                    "calls": d.syscalls,
+                    "responses": d.sys.responses,
+                    "failed": d.sys.failed,
+                },
+            })
+        })
+        .collect();
     let goals: Vec<Value> = goals(run)
         .into_iter()
         .map(|g| json!({"proxy": g.proxy, "target": g.target, "figure": g.figure, "met": g.met}))
@@ -1121,6 +1530,7 @@ fn results_json(run: &Run, work_dir: &Path) -> Value {
         "streaming": streams,
         "connections": conns,
         "bursts": bursts,
+        "deterministic": dets,
     })
 }
 
@@ -1153,6 +1563,37 @@ mod tests {
             hide_paths(args, work),
             "--tls-cert-file=$WORK/pki/proxy.crt --kubeconfig=$APISERVER/kubeconfig-cert.yaml --v=0"
         );
+    }
+
+    #[test]
+    fn deterministic_counts_are_per_response() {
+        let dir = std::env::temp_dir().join(format!("kap-report-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let oha = dir.join("oha.json");
+        std::fs::write(&oha, r#"{"statusCodeDistribution":{"200":1000}}"#).unwrap();
+        let short = dir.join("short.json");
+        std::fs::write(&short, r#"{"statusCodeDistribution":{"200":200}}"#).unwrap();
+        let o = oha.display();
+        let s = short.display();
+        let run = Run::parse(&format!(
+            "proxy\tp\tcmd\n\
+             det\tx509\t8\tp\tok\t{o}\t150000000\t0\t0\t{o}\t900\t100\t{o}\t4200\t{s}\t50000000\n\
+             det\tx509\t8\tnginx-reference\tok\t{o}\t50000000\t0\t0\t{o}\t-\t-\t{o}\t-\n"
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+        let ours = run.det("x509", 8, "p").unwrap();
+        assert_eq!(ours.instructions_per_request(), Some(150000.0));
+        assert_eq!(ours.voluntary_per_request(), Some(0.9));
+        assert_eq!(ours.syscalls_per_request(), Some(4.2));
+        // (150M − 50M) / 800 = 125,000 per request; (150M − 125M) / 8 per connection.
+        assert_eq!(ours.marginal_instructions_per_request(), Some(125000.0));
+        assert_eq!(ours.instructions_per_connection(), Some(3125000.0));
+        let nginx = run.det("x509", 8, REFERENCE).unwrap();
+        assert_eq!(nginx.syscalls_per_request(), None);
+        let md = markdown(&run, Path::new("/nowhere"));
+        assert!(md.contains("| x509 | 8 | 150,000 | 50,000 | 3.00× |"), "{md}");
+        assert_eq!(fmt_count(Some(1234567.4)), "1,234,567");
+        assert_eq!(fmt_count(Some(999.0)), "999");
     }
 
     #[test]
