@@ -323,7 +323,10 @@ impl Run {
                     nonvoluntary: num(f.get(11)),
                     sys: Answers::of(&read_json(f[12])),
                     syscalls: num(f.get(13)),
-                    cg_short: f.get(14).map(|p| Answers::of(&read_json(p))).unwrap_or_default(),
+                    cg_short: f
+                        .get(14)
+                        .map(|p| Answers::of(&read_json(p)))
+                        .unwrap_or_default(),
                     instructions_short: num(f.get(15)),
                 }),
                 _ => {}
@@ -846,7 +849,7 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
         );
         let _ = writeln!(
             w,
-        "oha, {} connections unless said otherwise, keep-alive; {}. *vs direct*: requests/s as a \
+            "oha, {} connections unless said otherwise, keep-alive; {}. *vs direct*: requests/s as a \
          share of the direct connection's in the same case. *CPU/request*: the process's \
          utime + stime from `/proc/<pid>/stat` over the measured run, divided by the responses \
          (clock ticks of 10 ms, so ±1 tick). *Peak RSS*: `VmHWM` at the end of the case, the \
@@ -855,14 +858,14 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
          direct, the load generator's own; for a proxy, the connections it opened to the \
          upstream. The upstream is nginx serving fixed-size files over TLS with client \
          certificates required.\n",
-        meta("connections"),
-        match meta("rounds").as_str() {
-            "1" => "one round".to_owned(),
-            n => format!(
-                "{n} rounds, all cases each round: every figure is the median over the rounds, \
+            meta("connections"),
+            match meta("rounds").as_str() {
+                "1" => "one round".to_owned(),
+                n => format!(
+                    "{n} rounds, all cases each round: every figure is the median over the rounds, \
                  peak RSS the highest"
-            ),
-        }
+                ),
+            }
         );
     }
     for (case, title, what) in CASES {
@@ -1233,7 +1236,10 @@ fn deterministic_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&str) -> Stri
          cancel out. *Per connection* is what is left of the {n}-request run's Ir per connection \
          opened: the TLS handshake with client certificate, accepting and closing.\n",
         n = meta("det_requests"),
-        short = meta("det_requests").parse::<u64>().map(|n| (n / 5).to_string()).unwrap_or_default(),
+        short = meta("det_requests")
+            .parse::<u64>()
+            .map(|n| (n / 5).to_string())
+            .unwrap_or_default(),
     );
     let mut header = "| Case | Connections |".to_owned();
     let mut rule = "|---|---:|".to_owned();
@@ -1258,12 +1264,16 @@ fn deterministic_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&str) -> Stri
             let nginx = reference.marginal_instructions_per_request();
             let mut row = format!("| {title} | {c} |");
             for p in &proxies {
-                let ir = run.det(setup, *c, p).and_then(Det::marginal_instructions_per_request);
+                let ir = run
+                    .det(setup, *c, p)
+                    .and_then(Det::marginal_instructions_per_request);
                 let _ = write!(row, " {} |", fmt_count(ir));
             }
             let _ = write!(row, " {} |", fmt_count(nginx));
             for p in &proxies {
-                let ir = run.det(setup, *c, p).and_then(Det::marginal_instructions_per_request);
+                let ir = run
+                    .det(setup, *c, p)
+                    .and_then(Det::marginal_instructions_per_request);
                 let _ = write!(
                     row,
                     " {} |",
@@ -1271,7 +1281,9 @@ fn deterministic_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&str) -> Stri
                 );
             }
             for t in proxies.iter().copied().chain([REFERENCE]) {
-                let per = run.det(setup, *c, t).and_then(Det::instructions_per_connection);
+                let per = run
+                    .det(setup, *c, t)
+                    .and_then(Det::instructions_per_connection);
                 let _ = write!(row, " {} |", fmt_count(per));
             }
             let _ = writeln!(w, "{row}");
@@ -1522,8 +1534,13 @@ fn results_json(run: &Run, work_dir: &Path) -> Value {
         .iter()
         .map(|(l, t)| (l.as_str(), hide(t)))
         .collect();
+    let meta: BTreeMap<&str, String> = run
+        .meta
+        .iter()
+        .map(|(k, v)| (k.as_str(), hide(v)))
+        .collect();
     json!({
-        "meta": run.meta,
+        "meta": meta,
         "proxies": proxies,
         "targets": goals,
         "requests": loads,
@@ -1591,9 +1608,23 @@ mod tests {
         let nginx = run.det("x509", 8, REFERENCE).unwrap();
         assert_eq!(nginx.syscalls_per_request(), None);
         let md = markdown(&run, Path::new("/nowhere"));
-        assert!(md.contains("| x509 | 8 | 150,000 | 50,000 | 3.00× |"), "{md}");
+        assert!(
+            md.contains("| x509 | 8 | 150,000 | 50,000 | 3.00× |"),
+            "{md}"
+        );
         assert_eq!(fmt_count(Some(1234567.4)), "1,234,567");
         assert_eq!(fmt_count(Some(999.0)), "999");
+    }
+
+    #[test]
+    fn the_results_json_spells_no_temporary_directory_either() {
+        let run = Run::parse(
+            "meta\targs_x509\t--tls-cert-file=/tmp/kap-bench.X1/pki/proxy.crt\n\
+             meta\targs_token\t--kubeconfig=/tmp/kap-e2e-2931-0-apiserver/kubeconfig-cert.yaml\n",
+        );
+        let json = results_json(&run, Path::new("/tmp/kap-bench.X1")).to_string();
+        assert!(!json.contains("/tmp/"), "{json}");
+        assert!(json.contains("$WORK/pki/proxy.crt"), "{json}");
     }
 
     #[test]
