@@ -137,8 +137,9 @@ pub struct Judgement {
     pub user: Arc<User>,
     /// The verb and the subresources that were to be tried.
     pub attributes: KubeletAttributes,
-    /// The pod-level set tried after them (`--pod-scoped-authz` and a container path), as its
-    /// label and the pod it names.
+    /// The pod-level set, when it was asked (`--pod-scoped-authz`, a container path, and no
+    /// node-level set allowed), as its label and the pod it names. Not built when a node-level
+    /// set allowed, so the common case copies nothing out of the path.
     pub pod: Option<PodTarget>,
     /// The outcome of the kubelet's loop.
     pub decision: RequestDecision,
@@ -149,6 +150,8 @@ pub struct Judgement {
 pub struct PodTarget {
     /// `pods/<subresource>`, the label the set's decision carries.
     pub label: &'static str,
+    /// `log`, `exec`, `attach` or `portforward`.
+    pub subresource: &'static str,
     /// The verb the set was asked with.
     pub verb: &'static str,
     /// The pod's namespace, from the path.
@@ -161,6 +164,7 @@ impl From<PodAttributes<'_>> for PodTarget {
     fn from(pod: PodAttributes<'_>) -> PodTarget {
         PodTarget {
             label: pod.label,
+            subresource: pod.subresource,
             verb: pod.verb,
             namespace: Arc::from(pod.namespace),
             name: Arc::from(pod.pod),
@@ -247,10 +251,16 @@ impl Decider {
             &mut observer,
         )
         .await;
+        // Asked last: when it decided, or when every set was refused.
+        let asked = |pod: &PodAttributes<'_>| match &decision {
+            RequestDecision::Allowed { subresource, .. }
+            | RequestDecision::Error { subresource, .. } => *subresource == pod.label,
+            RequestDecision::Forbidden { .. } => true,
+        };
         Verdict::Authorized(Judgement {
             user,
             attributes,
-            pod: pod.map(PodTarget::from),
+            pod: pod.filter(asked).map(PodTarget::from),
             decision,
         })
     }
@@ -460,7 +470,7 @@ impl Verdict {
             return Some(ObjectRef {
                 resource: POD_RESOURCE,
                 namespace: Some(Arc::clone(&pod.namespace)),
-                subresource: pod.label.strip_prefix("pods/").unwrap_or(pod.label),
+                subresource: pod.subresource,
                 name: Arc::clone(&pod.name),
             });
         }

@@ -29,6 +29,7 @@
 //!   in all and per user. [`wire`]: the header and WebSocket protocol knowledge [`authn`] and
 //!   [`proxy`] share.
 //! - [`reload`]: certificates, the client CA and policies swapped in when their files change.
+//! - [`reports`]: a recurring failure said once a minute per cause.
 //! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener.
 //! - [`audit`]: one `audit.k8s.io/v1` event per request ([`audit`]'s `event`, `json`, `writer`,
 //!   `rotate`), written off the request path, each bounded in size; refusals before
@@ -58,6 +59,7 @@ pub mod metrics;
 pub mod probe;
 pub mod proxy;
 pub mod reload;
+pub mod reports;
 pub mod responses;
 pub mod server;
 pub mod shutdown;

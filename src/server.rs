@@ -44,6 +44,7 @@ use crate::held_body::Holding;
 use crate::metrics::{Metrics, Outcome, RequestLabels};
 use crate::proxy::{ForwardError, Forwarder, UpgradedStream, cause, headers};
 use crate::reload::Reloadable;
+use crate::reports::Reports;
 use crate::responses::{self, ResponseBody};
 use crate::shutdown::Shutdown;
 
@@ -60,7 +61,7 @@ struct Pipeline {
     /// Refuse exec, attach and portForward while their audit event cannot be written.
     audit_require_for_streams: bool,
     /// Upstream failures reported at warning level: once per cause per minute.
-    upstream_reports: cause::Reports,
+    upstream_reports: Reports<cause::Cause>,
 }
 
 /// The response header that names a request's audit event, as kube-apiserver sets it.
@@ -269,7 +270,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         audit: config.audit.clone(),
         audit_refusals: RefusalSampler::new(config.metrics.audit_suppressed()),
         audit_require_for_streams: config.audit_require_for_streams,
-        upstream_reports: cause::Reports::default(),
+        upstream_reports: Reports::default(),
     });
     info!(%addr, addrs = ?addrs, %admin_addr, "serving the kubelet API");
     let server = tokio::spawn(serve(
@@ -683,9 +684,13 @@ impl Pipeline {
             .await;
         log_verdict(&verdict, peer, &req, &self.authenticator);
         let subresource = verdict.subresource();
-        let object_ref = verdict.object_ref(&self.decider.node_name);
+        // What only the audit event needs is taken only when there is an audit log.
+        let audited = self.audit.is_some();
+        let object_ref = audited
+            .then(|| verdict.object_ref(&self.decider.node_name))
+            .flatten();
         let verb = verdict.verb(req.method());
-        let authorization = verdict.audit();
+        let authorization = audited.then(|| verdict.audit()).flatten();
         let refusal = match verdict.refusal() {
             Some(refusal) => Some(refusal),
             None if self.audit_require_for_streams

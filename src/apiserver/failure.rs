@@ -5,7 +5,7 @@
 
 use super::ApiCallError;
 use crate::metrics::ReviewKind;
-use crate::proxy::cause::Reports;
+use crate::reports::Reports;
 
 /// The cause of a failed review, as a metrics label value: `unreachable`, `timeout`,
 /// `unauthorized` (401), `forbidden` (403), `throttled` (429), `server_error` (5xx), `status`

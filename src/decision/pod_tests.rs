@@ -154,6 +154,16 @@ fn node_level_permission_is_unchanged_and_answered_first() {
             Some("proxy")
         );
     }
+    // Allowed at node level, the pod-level set was not asked and nothing was copied for it.
+    let (verdict, _) = decide_as(&decider(true), &ops, &Method::POST, "/exec/team-c/any/c");
+    let Verdict::Authorized(judgement) = &verdict else {
+        panic!("expected a judgement, got {verdict:?}");
+    };
+    assert_eq!(judgement.pod, None);
+    assert_eq!(
+        verdict.object_ref(&Arc::from("node-a")).map(|o| o.resource),
+        Some("nodes")
+    );
     // Another node's identity is held to its node on the pod-level set too.
     let other_node = user("system:node:node-b", &["system:nodes"]);
     assert_eq!(

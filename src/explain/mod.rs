@@ -226,7 +226,8 @@ pub struct Explanation {
     pub verb: Option<&'static str>,
     /// Every `nodes/<subresource>` that may be tried, in order; empty when the path gate answered.
     pub subresources: Vec<&'static str>,
-    /// The pod-level set tried after them (`--pod-scoped-authz` and a container path).
+    /// The pod-level set, when it was asked (`--pod-scoped-authz`, a container path, and no
+    /// node-level set allowed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_attributes: Option<PodSet>,
     /// The attribute sets actually tried, in order: the loop stops at the first allowed one or at

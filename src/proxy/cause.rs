@@ -188,46 +188,6 @@ fn certificate_cause(error: &CertificateError) -> Diagnosis {
     }
 }
 
-/// Admits one report per cause per minute, so a kubelet (or an API server) that is down does not
-/// turn into a log line per request, while every new cause is reported at once. `K` is the cause:
-/// the upstream [`Cause`], or a review kind and its cause.
-#[derive(Debug)]
-pub struct Reports<K = Cause> {
-    last: std::sync::Mutex<Vec<(K, std::time::Instant)>>,
-}
-
-impl<K> Default for Reports<K> {
-    fn default() -> Reports<K> {
-        Reports {
-            last: std::sync::Mutex::new(Vec::new()),
-        }
-    }
-}
-
-/// How often one cause is reported.
-const REPORT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
-
-impl<K: PartialEq + Copy> Reports<K> {
-    /// Whether a failure with `cause` should be reported now; records it if so.
-    pub fn admit(&self, cause: K) -> bool {
-        let Ok(mut last) = self.last.lock() else {
-            return true;
-        };
-        let now = std::time::Instant::now();
-        match last.iter_mut().find(|(c, _)| *c == cause) {
-            Some((_, at)) if now.duration_since(*at) < REPORT_INTERVAL => false,
-            Some((_, at)) => {
-                *at = now;
-                true
-            }
-            None => {
-                last.push((cause, now));
-                true
-            }
-        }
-    }
-}
-
 /// The error and its sources, `: `-separated.
 fn chain(error: &dyn StdError) -> String {
     let mut out = error.to_string();
@@ -259,13 +219,5 @@ mod tests {
             "{}",
             found.detail
         );
-    }
-
-    #[test]
-    fn each_cause_is_reported_once_a_minute() {
-        let reports = Reports::default();
-        assert!(reports.admit(Cause::UnknownCa));
-        assert!(!reports.admit(Cause::UnknownCa));
-        assert!(reports.admit(Cause::Refused));
     }
 }
