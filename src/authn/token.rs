@@ -165,7 +165,7 @@ impl TokenReviewAuthenticator {
     /// the same token.
     pub async fn authenticate(&self, token: &str) -> TokenOutcome {
         let key = token_cache_key(&self.key, token, &self.audiences);
-        let reviewed = self.cache.get_or_review(key, self.review(token)).await;
+        let reviewed = self.cache.get_or_review(key, || self.review(token)).await;
         match reviewed {
             Ok(Some(user)) => TokenOutcome::User(user),
             Ok(None) => TokenOutcome::Failed("invalid bearer token".into()),

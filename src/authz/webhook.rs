@@ -131,10 +131,12 @@ impl SubjectAccessReviewAuthorizer {
             + attrs.name.len()
             + attrs.path.len();
         if attribute_bytes >= MAX_CACHEABLE_ATTRIBUTE_BYTES {
-            return self.review(attrs).await;
+            // Boxed, as `ReviewCache::get_or_review` boxes its reviews: inline, this rare path
+            // would add its kilobytes to every request's future.
+            return Box::pin(self.review(attrs)).await;
         }
         self.cache
-            .get_or_review(review_cache_key(attrs), self.review(attrs))
+            .get_or_review(review_cache_key(attrs), || self.review(attrs))
             .await
             .map_err(|shared| (*shared).clone())
     }

@@ -439,3 +439,61 @@ fn extra_keys_round_trip_through_the_requestheader_authenticator() {
         assert_eq!(kubernetes_unescape(suffix), key.as_bytes(), "{key}");
     }
 }
+
+/// The shortcut that skips hygiene when no header needs it must never skip a header that does:
+/// every name the hygiene acts on, alone or beside ordinary headers, in requests and responses,
+/// comes out exactly as the full routine leaves it.
+#[test]
+fn skipping_hygiene_when_nothing_needs_it_changes_no_outcome() {
+    let names = [
+        "connection",
+        "upgrade",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "authorization",
+        "sec-websocket-protocol",
+        "x-http-method-override",
+        "x-http-method",
+        "x-method-override",
+        "x-remote-user",
+        "x_remote_group",
+        "impersonate-user",
+        "impersonate_extra-scopes",
+        "x-conn",
+        "accept",
+        "user-agent",
+    ];
+    let values = [
+        "x-conn",
+        "base64url.bearer.authorization.k8s.io.dG9rZW4, v4.channel.k8s.io",
+        "1",
+    ];
+    for name in names {
+        for value in values {
+            for upgrade in [false, true] {
+                let input = map(&[("accept", "*/*"), (name, value), ("x-conn", "kept?")]);
+                let (mut fast, mut full) = (input.clone(), input.clone());
+                sanitize_request_headers(&mut fast, upgrade);
+                strip_request_headers(&mut full, upgrade);
+                assert_eq!(
+                    pairs(&fast),
+                    pairs(&full),
+                    "request {name}: {value} {upgrade}"
+                );
+                let (mut fast, mut full) = (input.clone(), input);
+                sanitize_response_headers(&mut fast, upgrade);
+                strip_hop_by_hop(&mut full, upgrade);
+                assert_eq!(
+                    pairs(&fast),
+                    pairs(&full),
+                    "response {name}: {value} {upgrade}"
+                );
+            }
+        }
+    }
+}
