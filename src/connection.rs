@@ -14,7 +14,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, watch};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use tokio::sync::OwnedSemaphorePermit;
 
 use crate::shutdown::Shutdown;
 use tokio::time::Instant;
@@ -35,53 +37,69 @@ pub struct Deadlines {
     pub idle: Duration,
 }
 
-/// What one connection has in flight, and since when it has had nothing.
+/// The account of one connection's requests in flight, shared by its request handlers.
+///
+/// Plain atomics, and nobody is woken when it changes: a request's start and end are two
+/// counter updates. The connection's deadline can only move later while it is served (a request
+/// starts, or ends later than the last one), so [`drive`] arms its timer at the deadline it last
+/// computed and, when that fires, reads the account again and re-arms if the deadline moved.
+/// (Waking the connection's task at each change cost two extra polls of the connection and a
+/// timer re-registration per request.)
+#[derive(Debug, Clone)]
+pub struct Activity(Arc<Account>);
+
 #[derive(Debug)]
-struct State {
-    in_flight: usize,
-    idle_since: Instant,
-    requests: u64,
+struct Account {
+    /// Requests in flight.
+    in_flight: AtomicUsize,
+    /// Whether a request has been seen (the first-request deadline applies until then).
+    served: AtomicBool,
+    /// When the connection last had nothing in flight, in nanoseconds since `origin`.
+    idle_since: AtomicU64,
+    origin: Instant,
 }
 
-/// The account of one connection's requests in flight, shared by its request handlers.
-#[derive(Debug, Clone)]
-pub struct Activity(Arc<watch::Sender<State>>);
+impl Account {
+    fn now(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+}
 
 impl Activity {
     /// A connection with nothing in flight and no request yet, from now.
     pub fn new() -> Activity {
-        Activity(Arc::new(watch::Sender::new(State {
-            in_flight: 0,
-            idle_since: Instant::now(),
-            requests: 0,
-        })))
+        Activity(Arc::new(Account {
+            in_flight: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            idle_since: AtomicU64::new(0),
+            origin: Instant::now(),
+        }))
     }
 
     /// Counts a request as in flight until the returned guard is dropped (with the response body,
     /// see [`crate::held_body::Holding`]).
     pub fn begin(&self) -> InFlight {
-        self.0.send_modify(|state| {
-            state.in_flight += 1;
-            state.requests += 1;
-        });
+        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.0.served.store(true, Ordering::Release);
         InFlight(self.clone())
     }
 
     /// When the connection must be closed if nothing changes: `None` while a request is in flight.
     fn deadline(&self, deadlines: Deadlines) -> Option<Instant> {
-        let state = self.0.borrow();
-        (state.in_flight == 0).then(|| {
-            let allowed = if state.requests == 0 {
-                deadlines.first_request
-            } else {
+        let account = &self.0;
+        (account.in_flight.load(Ordering::Acquire) == 0).then(|| {
+            let allowed = if account.served.load(Ordering::Acquire) {
                 deadlines.idle
+            } else {
+                deadlines.first_request
             };
-            state.idle_since + allowed
+            let idle_since = Duration::from_nanos(account.idle_since.load(Ordering::Acquire));
+            account.origin + idle_since + allowed
         })
     }
 
     fn in_flight(&self) -> usize {
-        self.0.borrow().in_flight
+        self.0.in_flight.load(Ordering::Acquire)
     }
 }
 
@@ -97,12 +115,12 @@ pub struct InFlight(Activity);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.0.send_modify(|state| {
-            state.in_flight -= 1;
-            if state.in_flight == 0 {
-                state.idle_since = Instant::now();
-            }
-        });
+        let account = &self.0.0;
+        // Set before the count drops, so that whoever sees nothing in flight sees this request's
+        // end as the start of idleness. Should another request begin meanwhile, the value is
+        // unused until that one ends and sets it again.
+        account.idle_since.store(account.now(), Ordering::Release);
+        account.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -156,15 +174,12 @@ pub async fn drive<C: Future>(
     shutdown: &Shutdown,
 ) -> Ended<C::Output> {
     tokio::pin!(conn);
-    let mut changes = activity.0.subscribe();
     let mut closing = false;
     // Set once the connection has been told to close because it missed a deadline.
     let mut drop_at: Option<Instant> = None;
+    let timer = tokio::time::sleep_until(next_check(activity, deadlines, Instant::now()));
+    tokio::pin!(timer);
     loop {
-        let deadline = match drop_at {
-            Some(at) => (activity.in_flight() == 0).then_some(at),
-            None => activity.deadline(deadlines),
-        };
         tokio::select! {
             output = conn.as_mut() => {
                 return if drop_at.is_some() {
@@ -173,32 +188,46 @@ pub async fn drive<C: Future>(
                     Ended::Finished(output)
                 };
             }
-            _ = changes.changed() => {}
             () = shutdown.draining().cancelled(), if !closing => {
                 closing = true;
                 close_gracefully(conn.as_mut());
             }
             () = shutdown.closing().cancelled() => return Ended::ForceClosed,
-            () = sleep_until(deadline) => {
-                if drop_at.is_some() {
-                    return Ended::TimedOut;
+            () = timer.as_mut() => {
+                let now = Instant::now();
+                if let Some(at) = drop_at {
+                    if activity.in_flight() == 0 {
+                        return Ended::TimedOut;
+                    }
+                    // Dropped once nothing of it is in flight: looked at again a grace later.
+                    timer.as_mut().reset(at.max(now) + CLOSE_GRACE);
+                    continue;
                 }
-                if !closing {
-                    closing = true;
-                    close_gracefully(conn.as_mut());
+                match activity.deadline(deadlines) {
+                    Some(deadline) if deadline <= now => {
+                        if !closing {
+                            closing = true;
+                            close_gracefully(conn.as_mut());
+                        }
+                        let at = now + CLOSE_GRACE;
+                        drop_at = Some(at);
+                        timer.as_mut().reset(at);
+                    }
+                    _ => timer.as_mut().reset(next_check(activity, deadlines, now)),
                 }
-                drop_at = Some(Instant::now() + CLOSE_GRACE);
             }
         }
     }
 }
 
-/// Sleeps until `at`, or forever when there is no deadline.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
+/// When to look at the connection's account next: its deadline, but no later than one idle
+/// timeout from `now`, as no idle period that has not begun yet can end sooner (and so a request
+/// that starts and ends before a longer first-request deadline is not given more time).
+fn next_check(activity: &Activity, deadlines: Deadlines, now: Instant) -> Instant {
+    let soonest_idle_end = now + deadlines.idle;
+    activity
+        .deadline(deadlines)
+        .map_or(soonest_idle_end, |deadline| deadline.min(soonest_idle_end))
 }
 
 #[cfg(test)]
@@ -268,6 +297,48 @@ mod tests {
         assert!(!ends.is_finished());
         let finished = Instant::now();
         drop(request);
+        assert_eq!(ends.await.unwrap(), Ended::TimedOut);
+        assert_eq!(finished.elapsed(), DEADLINES.idle + CLOSE_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_timeout_shorter_than_the_first_request_deadline_counts_from_the_request_end() {
+        let deadlines = Deadlines {
+            first_request: Duration::from_secs(30),
+            idle: Duration::from_secs(2),
+        };
+        let activity = Activity::new();
+        let ends = {
+            let activity = activity.clone();
+            tokio::spawn(async move {
+                drive(stalled().0, close, &activity, deadlines, &Shutdown::new()).await
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        drop(activity.begin());
+        let finished = Instant::now();
+        assert_eq!(ends.await.unwrap(), Ended::TimedOut);
+        assert_eq!(finished.elapsed(), deadlines.idle + CLOSE_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn requests_one_after_another_keep_the_connection_open() {
+        let activity = Activity::new();
+        let ends = {
+            let activity = activity.clone();
+            tokio::spawn(async move {
+                drive(stalled().0, close, &activity, DEADLINES, &Shutdown::new()).await
+            })
+        };
+        // A request every half idle timeout, for ten idle timeouts: never idle long enough.
+        for _ in 0..20 {
+            let request = activity.begin();
+            tokio::time::sleep(DEADLINES.idle / 4).await;
+            drop(request);
+            tokio::time::sleep(DEADLINES.idle / 4).await;
+            assert!(!ends.is_finished());
+        }
+        let finished = Instant::now() - DEADLINES.idle / 4;
         assert_eq!(ends.await.unwrap(), Ended::TimedOut);
         assert_eq!(finished.elapsed(), DEADLINES.idle + CLOSE_GRACE);
     }

@@ -214,13 +214,18 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
         }
         headers.remove(CONNECTION);
     }
-    for name in HOP_BY_HOP {
+    // Only the names present are looked up again to be removed (a response usually carries
+    // one, `Connection: keep-alive`, handled above); allocates only when there is one.
+    let present: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| HOP_BY_HOP.contains(n) || (!keep_upgrade && *n == UPGRADE))
+        .cloned()
+        .collect();
+    for name in present {
         headers.remove(name);
     }
     if keep_upgrade {
         headers.insert(CONNECTION, HeaderValue::from_static("Upgrade"));
-    } else {
-        headers.remove(UPGRADE);
     }
 }
 
