@@ -336,22 +336,22 @@ fn review_cache(c: &mut Criterion) {
             let mut other = KeyHasher::sha256();
             other.field(&i.to_be_bytes());
             let filled = cache
-                .get_or_review(other.finish(), async { Ok::<_, ()>(allowed()) })
+                .get_or_review(other.finish(), || async { Ok::<_, ()>(allowed()) })
                 .await;
             assert!(filled.is_ok());
         }
         let filled = cache
-            .get_or_review(warm, async { Ok::<_, ()>(allowed()) })
+            .get_or_review(warm, || async { Ok::<_, ()>(allowed()) })
             .await;
         assert!(filled.is_ok());
         let hit = cache
-            .get_or_review(warm, async { Err("a warm key must not be reviewed") })
+            .get_or_review(warm, || async { Err("a warm key must not be reviewed") })
             .await;
         assert_eq!(hit, Ok(allowed()));
     });
     group.bench_function("get_or_review/warm_key", |b| {
         b.to_async(&runtime).iter(|| {
-            cache.get_or_review(black_box(warm), async {
+            cache.get_or_review(black_box(warm), || async {
                 Err("a warm key must not be reviewed")
             })
         })

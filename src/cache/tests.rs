@@ -40,7 +40,7 @@ async fn concurrent_misses_make_one_call_and_errors_are_not_kept() {
         let (cache, calls, mut gate) = (Arc::clone(&cache), Arc::clone(&calls), gate.clone());
         waiters.push(tokio::spawn(async move {
             cache
-                .get_or_review(key("k"), async move {
+                .get_or_review(key("k"), move || async move {
                     calls.fetch_add(1, Ordering::SeqCst);
                     let _ = gate.wait_for(|open| *open).await;
                     Ok::<_, ()>(7)
@@ -55,16 +55,16 @@ async fn concurrent_misses_make_one_call_and_errors_are_not_kept() {
     }
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     let again = cache
-        .get_or_review(key("k"), async { Err::<u32, _>("must not run") })
+        .get_or_review(key("k"), || async { Err::<u32, _>("must not run") })
         .await;
     assert_eq!(again, Ok(7));
 
     let failed = cache
-        .get_or_review(key("e"), async { Err::<u32, _>("boom") })
+        .get_or_review(key("e"), || async { Err::<u32, _>("boom") })
         .await;
     assert_eq!(failed.unwrap_err().as_ref(), &"boom");
     let retried = cache
-        .get_or_review(key("e"), async { Ok::<_, &str>(9) })
+        .get_or_review(key("e"), || async { Ok::<_, &str>(9) })
         .await;
     assert_eq!(retried, Ok(9), "an error must not be cached");
     let exposition = metrics.encode();
@@ -91,16 +91,16 @@ async fn distinct_keys_far_beyond_the_cap_never_exceed_it() {
         let mut h = KeyHasher::sha256();
         h.field(&i.to_be_bytes());
         let answer = cache
-            .get_or_review(h.finish(), async move { Ok::<_, ()>(i) })
+            .get_or_review(h.finish(), move || async move { Ok::<_, ()>(i) })
             .await;
         assert_eq!(answer, Ok(i));
         if i % 65_536 == 0 {
-            cache.cache.run_pending_tasks().await;
-            most = most.max(cache.cache.entry_count());
+            cache.entries.run_pending_tasks().await;
+            most = most.max(cache.entries.entry_count());
         }
     }
-    cache.cache.run_pending_tasks().await;
-    let held = cache.cache.entry_count();
+    cache.entries.run_pending_tasks().await;
+    let held = cache.entries.entry_count();
     assert!(held <= CAP, "{held} entries held");
     assert!(most <= CAP, "{most} entries held at one point");
     assert!(held > CAP / 2, "the cache is in use: {held} entries");
@@ -122,26 +122,26 @@ async fn ttl_is_chosen_per_answer() {
     );
     assert_eq!(
         cache
-            .get_or_review(key("yes"), async { Ok::<_, ()>(true) })
+            .get_or_review(key("yes"), || async { Ok::<_, ()>(true) })
             .await,
         Ok(true)
     );
     assert_eq!(
         cache
-            .get_or_review(key("no"), async { Ok::<_, ()>(false) })
+            .get_or_review(key("no"), || async { Ok::<_, ()>(false) })
             .await,
         Ok(false)
     );
     assert_eq!(
         cache
-            .get_or_review(key("yes"), async { Ok::<_, ()>(false) })
+            .get_or_review(key("yes"), || async { Ok::<_, ()>(false) })
             .await,
         Ok(true),
         "kept for its TTL"
     );
     assert_eq!(
         cache
-            .get_or_review(key("no"), async { Ok::<_, ()>(true) })
+            .get_or_review(key("no"), || async { Ok::<_, ()>(true) })
             .await,
         Ok(true),
         "a zero TTL keeps nothing"
