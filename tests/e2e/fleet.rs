@@ -11,7 +11,8 @@ use http::StatusCode;
 use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, TokenUser, Verdict};
 use crate::support::client::{Client, Reply, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
-use crate::support::within;
+use crate::support::metrics::total;
+use crate::support::{eventually, within};
 
 /// Between two uses of a key while waiting for its refresh ahead.
 const PACE: Duration = Duration::from_millis(20);
@@ -46,6 +47,32 @@ async fn with_token(client: &Client, token: &str) -> Reply {
                 .unwrap(),
         )
         .await
+}
+
+/// Waits until the proxy has counted one refresh ahead of tokens with `result`, and no other.
+async fn refresh_counted(h: &Harness, result: &str) {
+    eventually(
+        &format!("one refresh ahead counted as {result}"),
+        || async {
+            let reply = h.admin_get("/metrics").await;
+            let text = reply.text();
+            let counted = |result| {
+                total(
+                    &text,
+                    "kubelet_auth_proxy_cache_refreshes_ahead_total",
+                    &[("cache", "TokenReview"), ("result", result)],
+                )
+            };
+            let other = if result == "replaced" {
+                "failed"
+            } else {
+                "replaced"
+            };
+            assert_eq!(counted(other), 0.0);
+            (counted(result) == 1.0).then_some(())
+        },
+    )
+    .await;
 }
 
 /// Sends each of `tokens` once, each must be accepted; returns how many of them were reviewed
@@ -127,12 +154,7 @@ async fn a_key_in_use_is_refreshed_ahead_once_while_requests_are_answered_from_i
     }
     assert_eq!(api.arrivals(Kind::TokenReview), 2);
     gate.release();
-    within("the refresh answered", async {
-        while api.statuses(Kind::TokenReview).len() < 2 {
-            tokio::time::sleep(PACE).await;
-        }
-    })
-    .await;
+    refresh_counted(&h, "replaced").await;
     assert_eq!(with_token(&client, "tok-bob").await.status, StatusCode::OK);
     assert_eq!(api.statuses(Kind::TokenReview), vec![201, 201]);
     assert_eq!(
@@ -154,12 +176,7 @@ async fn a_failed_refresh_leaves_the_entry_and_is_not_retried() {
     let gate = api.hold(Kind::TokenReview);
     use_until_refreshed(&api, &client, "tok-bob").await;
     gate.release();
-    within("the refresh answered", async {
-        while api.statuses(Kind::TokenReview).len() < 2 {
-            tokio::time::sleep(PACE).await;
-        }
-    })
-    .await;
+    refresh_counted(&h, "failed").await;
     assert_eq!(api.statuses(Kind::TokenReview), vec![201, 403]);
     // The entry still answers, and the failed refresh is not tried again for it.
     for _ in 0..3 {
