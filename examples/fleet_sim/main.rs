@@ -36,6 +36,13 @@ struct Cli {
     /// The Retry-After of the API server's 429s, in seconds.
     #[arg(long, default_value_t = 1)]
     retry_after: u64,
+    /// Prometheus' scrape targets per node (the kubelet's /metrics, /metrics/cadvisor,
+    /// /metrics/probes, /metrics/resource), every 30 s, each at its own phase.
+    #[arg(long, default_value_t = 4)]
+    targets: u32,
+    /// Also a metrics-server scraping /metrics/resource every 15 s with its own token.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    metrics_server: bool,
 }
 
 /// Prometheus' scrape interval: the width of the windows the peak is measured over.
@@ -129,16 +136,19 @@ fn main() -> std::io::Result<()> {
         duration: RUN,
         // Prometheus: the kubelet's /metrics, /metrics/cadvisor, /metrics/probes and
         // /metrics/resource, each its own target; metrics-server: /metrics/resource.
-        scrapers: vec![
-            Scraper {
+        scrapers: [
+            Some(Scraper {
                 interval: SCRAPE_INTERVAL,
-                targets: 4,
-            },
-            Scraper {
+                targets: cli.targets,
+            }),
+            cli.metrics_server.then_some(Scraper {
                 interval: Duration::from_secs(15),
                 targets: 1,
-            },
-        ],
+            }),
+        ]
+        .into_iter()
+        .flatten()
+        .collect(),
         token_ttl: TOKEN_TTL,
         access_ttl: ACCESS_TTL,
         review_latency: Duration::from_millis(20),
@@ -244,11 +254,17 @@ fn percentile(histogram: &[u64], share: f64) -> usize {
 
 fn summary(cli: &Cli, runs: &[Run]) -> String {
     let mut out = format!(
-        "fleet_sim: {} nodes, seed {}, Prometheus 4 targets/{}s + metrics-server 1 target/15s, \
+        "fleet_sim: {} nodes, seed {}, Prometheus {} targets/{}s{}, \
          TTLs token {}s / access {}s, API server {} reviews/s then 429 Retry-After {}s\n\n",
         cli.nodes,
         cli.seed,
+        cli.targets,
         SCRAPE_INTERVAL.as_secs(),
+        if cli.metrics_server {
+            " + metrics-server 1 target/15s"
+        } else {
+            ""
+        },
         TOKEN_TTL.as_secs(),
         ACCESS_TTL.as_secs(),
         cli.capacity,
