@@ -40,13 +40,18 @@ struct Cli {
     /// /metrics/probes, /metrics/resource), every 30 s, each at its own phase.
     #[arg(long, default_value_t = 4)]
     targets: u32,
+    /// Prometheus' scrape interval, in milliseconds: also the width of the windows the peak is
+    /// measured over (at least a second).
+    #[arg(long, default_value_t = 30_000)]
+    interval_ms: u64,
+    /// How long the API server takes to answer a review, in milliseconds.
+    #[arg(long, default_value_t = 20)]
+    review_ms: u64,
     /// Also a metrics-server scraping /metrics/resource every 15 s with its own token.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     metrics_server: bool,
 }
 
-/// Prometheus' scrape interval: the width of the windows the peak is measured over.
-const SCRAPE_INTERVAL: Duration = Duration::from_secs(30);
 /// The default `--authentication-token-webhook-cache-ttl`.
 const TOKEN_TTL: Duration = Duration::from_secs(120);
 /// The default `--authorization-webhook-cache-authorized-ttl`.
@@ -125,6 +130,8 @@ struct Run {
     rule: &'static str,
     record: Record,
     settled_from: Duration,
+    /// The scrape interval: the width of the windows the peak is measured over.
+    window: Duration,
     outage_end: Option<Duration>,
 }
 
@@ -138,7 +145,7 @@ fn main() -> std::io::Result<()> {
         // /metrics/resource, each its own target; metrics-server: /metrics/resource.
         scrapers: [
             Some(Scraper {
-                interval: SCRAPE_INTERVAL,
+                interval: Duration::from_millis(cli.interval_ms),
                 targets: cli.targets,
             }),
             cli.metrics_server.then_some(Scraper {
@@ -151,7 +158,7 @@ fn main() -> std::io::Result<()> {
         .collect(),
         token_ttl: TOKEN_TTL,
         access_ttl: ACCESS_TTL,
-        review_latency: Duration::from_millis(20),
+        review_latency: Duration::from_millis(cli.review_ms),
         capacity: cli.capacity,
         retry_after: Duration::from_secs(cli.retry_after),
         request_timeout: Duration::from_secs(10),
@@ -207,6 +214,7 @@ fn main() -> std::io::Result<()> {
                 rule: rule.name,
                 record: Sim::run(&scenario.params, rule),
                 settled_from: scenario.settled_from,
+                window: Duration::from_millis(cli.interval_ms),
                 outage_end: scenario.params.outage.map(|(from, length)| from + length),
             });
         }
@@ -224,8 +232,8 @@ fn main() -> std::io::Result<()> {
 }
 
 /// Calls per scrape-interval window from `from` on: (peak, mean), in calls per second.
-fn windows(calls: &[u32], from: Duration) -> (f64, f64) {
-    let width = usize::try_from(SCRAPE_INTERVAL.as_secs()).unwrap_or(1);
+fn windows(calls: &[u32], from: Duration, width: Duration) -> (f64, f64) {
+    let width = usize::try_from(width.as_secs().max(1)).unwrap_or(1);
     let start = usize::try_from(from.as_secs()).unwrap_or(usize::MAX);
     let sums: Vec<u64> = calls
         .get(start..)
@@ -259,7 +267,7 @@ fn summary(cli: &Cli, runs: &[Run]) -> String {
         cli.nodes,
         cli.seed,
         cli.targets,
-        SCRAPE_INTERVAL.as_secs(),
+        cli.interval_ms as f64 / 1000.0,
         if cli.metrics_server {
             " + metrics-server 1 target/15s"
         } else {
@@ -276,7 +284,7 @@ fn summary(cli: &Cli, runs: &[Run]) -> String {
     );
     for run in runs {
         let record = &run.record;
-        let (peak, mean) = windows(&record.calls, run.settled_from);
+        let (peak, mean) = windows(&record.calls, run.settled_from, run.window);
         let total: u64 = record.calls.iter().map(|&c| u64::from(c)).sum();
         let failed: u64 = record.failed.iter().map(|&c| u64::from(c)).sum();
         let back = run.outage_end.map_or_else(
@@ -364,7 +372,7 @@ fn plot(runs: &[Run]) -> png::Canvas {
         let (Some(fixed), Some(proxy)) = (find(FIXED.name), find(PROXY.name)) else {
             continue;
         };
-        let (_, mean) = windows(&fixed.record.calls, fixed.settled_from);
+        let (_, mean) = windows(&fixed.record.calls, fixed.settled_from, fixed.window);
         let ymax = (mean * 4.0).max(1.0);
         let seconds = fixed.record.calls.len();
         let x_of = |second: usize| {
