@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
@@ -30,7 +30,7 @@ use crate::reload::{ReloadError, ReloadTarget, Reloadable};
 
 pub mod failure;
 mod gate;
-mod hold;
+pub mod hold;
 
 use failure::FailureReports;
 use gate::ReviewGate;
@@ -40,7 +40,7 @@ use hold::HoldOff;
 /// Largest API server answer read; TokenReview and SubjectAccessReview answers are a few KiB.
 const MAX_RESPONSE_BYTES: usize = 1 << 20;
 /// Attempts per review, as `DefaultAuthWebhookRetryBackoff` (Steps: 5).
-const MAX_ATTEMPTS: u32 = 5;
+pub const MAX_ATTEMPTS: u32 = 5;
 /// First backoff step (Duration: 500 ms), multiplied by 1.5 each step.
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The name of the API server credentials in reload logs and metrics.
@@ -481,6 +481,10 @@ impl ApiServerClient {
             let started = Instant::now();
             let result = self.attempt(path, body.clone()).await;
             pass.answered(result.as_ref().err().and_then(|e| e.hold));
+            self.metrics
+                .set_hold_off_until(self.hold.until().map(|until| {
+                    SystemTime::now() + until.saturating_duration_since(tokio::time::Instant::now())
+                }));
             self.metrics.observe_api_call(
                 &ApiCallLabels {
                     kind,
@@ -568,18 +572,20 @@ impl ApiServerClient {
 
 /// Sleep before attempt `attempt + 1`: 0.5 s × 1.5^(attempt-1), times 1 + U[0, 0.2).
 fn backoff(attempt: u32) -> Duration {
-    let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
-    let base = FIRST_BACKOFF.as_secs_f64() * 1.5_f64.powi(exponent);
-    Duration::from_secs_f64(base * (1.0 + 0.2 * jitter_fraction()))
+    retry_delay(attempt, crate::cache::random_fraction())
 }
 
-/// A uniform fraction in [0, 1) from the system's randomness; 0 if it is unavailable.
-fn jitter_fraction() -> f64 {
-    let mut bytes = [0u8; 4];
-    match ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes) {
-        Ok(()) => f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0),
-        Err(_) => 0.0,
-    }
+/// The wait after failed attempt `attempt` (from 1), with `draw` (uniform in [0, 1)) as the
+/// jitter: public so the fleet simulation retries on the client's schedule.
+pub fn retry_delay(attempt: u32, draw: f64) -> Duration {
+    let exponent = i32::try_from(attempt.saturating_sub(1)).unwrap_or(i32::MAX);
+    let base = FIRST_BACKOFF.as_secs_f64() * 1.5_f64.powi(exponent);
+    let draw = if draw.is_nan() {
+        0.0
+    } else {
+        draw.clamp(0.0, 1.0)
+    };
+    Duration::from_secs_f64(base * (1.0 + 0.2 * draw))
 }
 
 /// A transport error: retried only when the connection was reset or lost mid-exchange, as Go's

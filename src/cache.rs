@@ -3,19 +3,29 @@
 //! and share its answer (the kubelet's own caches call once per request). Errors are shared with
 //! the requests that waited for them but never cached.
 //!
+//! Two fleet-scale rules ([`policy`], `docs/FLEET.md`): a new key's first entry lives a random
+//! part of its TTL, so keys filled at one moment on every node (a restart, a token rotation) do
+//! not expire together forever after; and an entry used in the last part of its lifetime is
+//! revalidated in the background, once, while requests keep being answered from it, so a key in
+//! steady use never makes a request wait for a review.
+//!
 //! Keys are 32-byte digests of a length-prefixed encoding of every field that matters, so a key
 //! holds no secret and no lookup clones request data. Token keys are an HMAC with a per-process
 //! random key, so even the digest of a token is useless outside this process.
 
+pub mod policy;
+
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::future::Cache;
 use ring::{digest, hmac};
 
-use crate::metrics::{CacheResult, Metrics, ReviewKind};
+use crate::metrics::{CacheResult, Metrics, RefreshResult, ReviewKind};
+use policy::Fill;
 
 /// A cache key: the digest of everything the answer depends on.
 pub type CacheKey = [u8; 32];
@@ -81,67 +91,137 @@ pub fn random_hmac_key() -> Result<hmac::Key, ring::error::Unspecified> {
 /// The time to live of an answer, decided from the answer itself.
 type TtlOf<V> = Arc<dyn Fn(&V) -> Duration + Send + Sync>;
 
-struct TtlByAnswer<V>(TtlOf<V>);
+/// An answer as kept: with its lifetime, which the cache's expiry reads, and whether it is being
+/// refreshed ahead.
+#[derive(Clone)]
+struct Stored<V> {
+    value: V,
+    filled: Instant,
+    lifetime: Duration,
+    /// Set by the first use that starts a refresh ahead; never cleared, so an entry is refreshed
+    /// at most once (a failed refresh is not retried before the entry expires).
+    refreshing: Arc<AtomicBool>,
+}
 
-impl<V> Expiry<CacheKey, V> for TtlByAnswer<V> {
-    fn expire_after_create(&self, _key: &CacheKey, value: &V, _now: Instant) -> Option<Duration> {
-        Some((self.0)(value))
+/// Each entry expires after its own lifetime.
+struct StoredLifetime;
+
+impl<V> Expiry<CacheKey, Stored<V>> for StoredLifetime {
+    fn expire_after_create(
+        &self,
+        _key: &CacheKey,
+        value: &Stored<V>,
+        _now: Instant,
+    ) -> Option<Duration> {
+        Some(value.lifetime)
+    }
+
+    fn expire_after_update(
+        &self,
+        _key: &CacheKey,
+        value: &Stored<V>,
+        _now: Instant,
+        _remaining: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(value.lifetime)
+    }
+}
+
+/// Keys filled lately, each kept for the duration it holds: what tells a new key from a renewal.
+struct RememberedFor;
+
+impl Expiry<CacheKey, Duration> for RememberedFor {
+    fn expire_after_create(
+        &self,
+        _key: &CacheKey,
+        for_: &Duration,
+        _now: Instant,
+    ) -> Option<Duration> {
+        Some(*for_)
+    }
+
+    fn expire_after_update(
+        &self,
+        _key: &CacheKey,
+        for_: &Duration,
+        _now: Instant,
+        _remaining: Option<Duration>,
+    ) -> Option<Duration> {
+        Some(*for_)
     }
 }
 
 /// A bounded, expiring, coalescing cache of review answers of type `V`.
 pub struct ReviewCache<V> {
-    cache: Cache<CacheKey, V>,
+    entries: Cache<CacheKey, Stored<V>>,
+    /// Keys whose entry was filled within the last lifetime and TTL ([`policy::remembered_for`]),
+    /// as many as there may be entries: a key found here is refilled as a renewal.
+    known: Cache<CacheKey, Duration>,
+    ttl: TtlOf<V>,
     kind: ReviewKind,
     metrics: Arc<Metrics>,
 }
 
 impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
     /// A cache of at most `max_entries` answers (least recently used evicted first), each kept
-    /// for `ttl(answer)`; a zero TTL still coalesces concurrent lookups but keeps nothing.
+    /// for at most `ttl(answer)` ([`policy::lifetime`]); a zero TTL still coalesces concurrent
+    /// lookups but keeps nothing.
     pub fn new(
         kind: ReviewKind,
         max_entries: u64,
         ttl: impl Fn(&V) -> Duration + Send + Sync + 'static,
         metrics: Arc<Metrics>,
     ) -> ReviewCache<V> {
-        let cache = Cache::builder()
-            .max_capacity(max_entries)
-            .expire_after(TtlByAnswer(Arc::new(ttl) as TtlOf<V>))
-            .build();
         ReviewCache {
-            cache,
+            entries: Cache::builder()
+                .max_capacity(max_entries)
+                .expire_after(StoredLifetime)
+                .build(),
+            known: Cache::builder()
+                .max_capacity(max_entries)
+                .expire_after(RememberedFor)
+                .build(),
+            ttl: Arc::new(ttl),
             kind,
             metrics,
         }
     }
 
-    /// The cached answer for `key`, or the answer of the review `review()` starts, which runs
-    /// only if no other lookup of `key` is already running it. An `Err` is returned to every
-    /// waiter and not cached.
-    ///
-    /// The review is made only on a miss, and its future lives on the heap: a review (an API
-    /// server call with its retries) is a future of kilobytes, and held inline it would make
-    /// every request's future, hits included, that much larger to create and move (measured
-    /// under callgrind: the copy of the request's future into its box was the largest single
-    /// cost per request).
-    pub async fn get_or_review<E, F>(
-        &self,
-        key: CacheKey,
-        review: impl FnOnce() -> F,
-    ) -> Result<V, Arc<E>>
+    /// The cached answer for `key`, or the answer of the review `review` makes, which runs only
+    /// if no other lookup of `key` is already running it. An `Err` is returned to every waiter
+    /// and not cached. A hit in the last part of the entry's lifetime also starts, once, a
+    /// refresh ahead with `review` in the background (so its future owns what it needs): its
+    /// answer, allowing or not, replaces the entry as soon as it comes; a failure leaves the
+    /// entry to its original expiry.
+    pub async fn get_or_review<E, R, F>(&self, key: CacheKey, review: R) -> Result<V, Arc<E>>
     where
-        F: Future<Output = Result<V, E>>,
+        R: FnOnce() -> F,
+        F: Future<Output = Result<V, E>> + Send + 'static,
         E: Send + Sync + 'static,
     {
-        if let Some(answer) = self.cache.get(&key).await {
+        if let Some(stored) = self.entries.get(&key).await {
             self.metrics.observe_cache(self.kind, CacheResult::Hit);
-            return Ok(answer);
+            if policy::refresh_ahead_due(stored.lifetime, stored.filled.elapsed())
+                && !stored.refreshing.swap(true, Ordering::AcqRel)
+            {
+                self.refresh_ahead(key, review());
+            }
+            return Ok(stored.value);
         }
+        // The miss path lives on the heap: a review (an API server call with its retries) is a
+        // future of kilobytes, and held inline it would make every request's future, hits
+        // included, that much larger to create and move (under callgrind, the copy of the
+        // request's future into its box was the largest single cost per request).
         let entry = Box::pin(async move {
-            self.cache
+            let fill = if self.known.contains_key(&key) {
+                Fill::Renewal
+            } else {
+                Fill::New
+            };
+            let review = review();
+            self.entries
                 .entry(key)
-                .or_try_insert_with(Box::pin(review()))
+                .or_try_insert_with(async move { Ok(self.stored(key, review.await?, fill).await) })
                 .await
         })
         .await?;
@@ -153,7 +233,64 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
                 CacheResult::Coalesced
             },
         );
-        Ok(entry.into_value())
+        Ok(entry.into_value().value)
+    }
+
+    /// Revalidates `key` in the background with `review`.
+    fn refresh_ahead<E, F>(&self, key: CacheKey, review: F)
+    where
+        F: Future<Output = Result<V, E>> + Send + 'static,
+        E: Send + Sync + 'static,
+    {
+        let cache = self.handle();
+        tokio::spawn(async move {
+            let result = match review.await {
+                Ok(value) => {
+                    let stored = cache.stored(key, value, Fill::Renewal).await;
+                    cache.entries.insert(key, stored).await;
+                    RefreshResult::Replaced
+                }
+                Err(_) => RefreshResult::Failed,
+            };
+            cache.metrics.refreshed_ahead(cache.kind, result);
+        });
+    }
+
+    /// `value` as kept for `key`, with the lifetime [`policy::lifetime`] gives it; the key is
+    /// remembered for [`policy::remembered_for`] that lifetime.
+    async fn stored(&self, key: CacheKey, value: V, fill: Fill) -> Stored<V> {
+        let ttl = (self.ttl)(&value);
+        let lifetime = policy::lifetime(ttl, fill, random_fraction());
+        self.known
+            .insert(key, policy::remembered_for(lifetime, ttl))
+            .await;
+        Stored {
+            value,
+            filled: Instant::now(),
+            lifetime,
+            refreshing: Arc::default(),
+        }
+    }
+
+    /// A second handle on the same caches, for a background refresh.
+    fn handle(&self) -> ReviewCache<V> {
+        ReviewCache {
+            entries: self.entries.clone(),
+            known: self.known.clone(),
+            ttl: Arc::clone(&self.ttl),
+            kind: self.kind,
+            metrics: Arc::clone(&self.metrics),
+        }
+    }
+}
+
+/// A uniform fraction in [0, 1) from the system's randomness; 0 if it is unavailable (the
+/// longest first lifetime; the shortest retry backoff).
+pub(crate) fn random_fraction() -> f64 {
+    let mut bytes = [0u8; 4];
+    match ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut bytes) {
+        Ok(()) => f64::from(u32::from_le_bytes(bytes)) / (f64::from(u32::MAX) + 1.0),
+        Err(_) => 0.0,
     }
 }
 

@@ -22,8 +22,11 @@
 //!   - the kubelet's loop over the list, and [`decision::Refusal::answer`]: the one place a
 //!     refusal becomes its response ([`responses`], the kubelet's bodies) and metrics label.
 //! - [`apiserver`]: TokenReview and SubjectAccessReview calls with the kubelet's retries;
-//!   [`cache`]: the bounded caches in front of them, which coalesce concurrent misses; the calls
-//!   in flight are bounded per kind.
+//!   [`cache`]: the bounded caches in front of them, which coalesce concurrent misses, spread the
+//!   expiries of keys filled together and refresh keys in use ahead of expiry ([`cache::policy`],
+//!   the rules the fleet simulation `examples/fleet_sim` runs too); the calls in flight are
+//!   bounded per kind, and the API server's `Retry-After` holds them all off
+//!   ([`apiserver::hold`]).
 //! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades (exec, attach and
 //!   portForward only, one task owning each session), and the bound on requests in flight to it,
 //!   in all and per user. [`wire`]: the header and WebSocket protocol knowledge [`authn`] and

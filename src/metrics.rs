@@ -136,6 +136,34 @@ impl EncodeLabelValue for CacheResult {
     }
 }
 
+/// How a refresh ahead ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefreshResult {
+    /// The API server answered: its answer replaced the entry.
+    Replaced,
+    /// The review failed: the entry stays to its original expiry.
+    Failed,
+}
+
+impl EncodeLabelValue for RefreshResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let value = match self {
+            RefreshResult::Replaced => "replaced",
+            RefreshResult::Failed => "failed",
+        };
+        EncodeLabelValue::encode(&value, encoder)
+    }
+}
+
+/// Labels of refreshes ahead.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RefreshLabels {
+    /// Which cache: the TokenReview or the SubjectAccessReview one.
+    pub cache: ReviewKind,
+    /// How the refresh ended.
+    pub result: RefreshResult,
+}
+
 /// Labels of cache lookups.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct CacheLabels {
@@ -229,6 +257,8 @@ pub struct Metrics {
     upstream_errors: Family<UpstreamErrorLabels, Counter>,
     review_failures: Family<ReviewFailureLabels, Counter>,
     reviews_deferred: Family<ReviewKindLabels, Counter>,
+    hold_off_until: Gauge,
+    refreshes_ahead: Family<RefreshLabels, Counter>,
     audit_dropped: Counter,
     audit_suppressed: Counter,
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
@@ -349,6 +379,18 @@ impl Metrics {
             "Reviews not sent because the API server's Retry-After outlasted --apiserver-request-timeout; each failed its request closed",
             reviews_deferred.clone(),
         );
+        let hold_off_until = Gauge::default();
+        registry.register(
+            "apiserver_hold_off_until_timestamp_seconds",
+            "End of the API server's last Retry-After hold as Unix time (0: none); the hold left is this minus time(), when positive",
+            hold_off_until.clone(),
+        );
+        let refreshes_ahead = Family::<RefreshLabels, Counter>::default();
+        registry.register(
+            "cache_refreshes_ahead",
+            "Cache entries revalidated in the background because they were used in the last tenth of their lifetime, by result",
+            refreshes_ahead.clone(),
+        );
         let audit_dropped = Counter::default();
         registry.register(
             "audit_events_dropped",
@@ -392,6 +434,8 @@ impl Metrics {
             upstream_errors,
             review_failures,
             reviews_deferred,
+            hold_off_until,
+            refreshes_ahead,
             audit_dropped,
             audit_suppressed,
             match_condition_exclusions,
@@ -514,6 +558,23 @@ impl Metrics {
     pub fn review_deferred(&self, kind: ReviewKind) {
         self.reviews_deferred
             .get_or_create(&ReviewKindLabels { kind })
+            .inc();
+    }
+
+    /// Sets the end of the API server's hold-off, `None` when it was lifted.
+    pub fn set_hold_off_until(&self, until: Option<std::time::SystemTime>) {
+        let seconds: u64 = until.map_or(0, |at| {
+            at.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
+        });
+        self.hold_off_until
+            .set(i64::try_from(seconds).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a refresh ahead of a cache entry, by result.
+    pub fn refreshed_ahead(&self, cache: ReviewKind, result: RefreshResult) {
+        self.refreshes_ahead
+            .get_or_create(&RefreshLabels { cache, result })
             .inc();
     }
 

@@ -13,6 +13,7 @@
 //!
 //! Outside a hold the check is one atomic load per review call; cache hits never reach it.
 
+use std::ops::{Add, Sub};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -30,17 +31,101 @@ pub const MAX_HOLD: Duration = Duration::from_secs(30);
 pub struct HoldOff {
     /// Whether a hold may be in force: the fast path reads only this.
     held: AtomicBool,
-    state: Mutex<State>,
+    state: Mutex<HoldState<Instant>>,
     /// Woken when a hold is renewed or lifted, so waiters look again.
     changed: Notify,
 }
 
-#[derive(Debug, Default)]
-struct State {
+/// The hold-off's decisions on a clock of type `T`, without waiting or locking: [`HoldOff`] runs
+/// them on tokio's clock, the fleet simulation (`examples/fleet_sim.rs`) on a virtual one, so the
+/// simulated gate is this one.
+#[derive(Debug, Clone, Copy)]
+pub struct HoldState<T> {
     /// No call before this instant; `None` when no hold is in force.
-    until: Option<Instant>,
+    until: Option<T>,
     /// A call is out after the hold ended, and the others wait for its answer.
     probing: bool,
+}
+
+impl<T> Default for HoldState<T> {
+    fn default() -> Self {
+        HoldState {
+            until: None,
+            probing: false,
+        }
+    }
+}
+
+/// What a call that wants to go out at some instant must do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission<T> {
+    /// Go; `probe` if it is the one call sent after a hold ended, whose answer the others await.
+    Pass {
+        /// See [`Admission::Pass`].
+        probe: bool,
+    },
+    /// Ask again at this instant, or sooner if the hold changes.
+    Wait(T),
+    /// The hold outlasts the call's deadline: fail without calling.
+    Held(Held),
+}
+
+impl<T> HoldState<T>
+where
+    T: Copy + Ord + Add<Duration, Output = T> + Sub<Output = Duration>,
+{
+    /// The decision for a call at `now` that may wait until `deadline`. A `Pass { probe: true }`
+    /// must be followed by [`record`](Self::record) or [`cancel_probe`](Self::cancel_probe).
+    pub fn admit(&mut self, now: T, deadline: T) -> Admission<T> {
+        match self.until {
+            None => Admission::Pass { probe: false },
+            Some(until) if now >= until && !self.probing => {
+                self.probing = true;
+                Admission::Pass { probe: true }
+            }
+            Some(until) if until > deadline => Admission::Held(Held {
+                remaining: until - now.min(until),
+            }),
+            // Held: wake at its end. Ended, with a probe out: wait for its answer.
+            Some(until) if now < until => Admission::Wait(until),
+            Some(_) => Admission::Wait(deadline),
+        }
+    }
+
+    /// Records at `now` what a call got back: `Some(delay)` for a 429 or 5xx with `Retry-After`
+    /// (the hold is set or extended to `delay`, at most [`MAX_HOLD`], from now), `None` for
+    /// anything else (a probe's answer lifts the hold). Returns whether the hold changed.
+    pub fn record(&mut self, now: T, probe: bool, retry_after: Option<Duration>) -> bool {
+        match retry_after {
+            Some(delay) => {
+                let until = now + delay.min(MAX_HOLD);
+                self.until = Some(self.until.map_or(until, |u| u.max(until)));
+                self.probing = false;
+                true
+            }
+            None if probe => {
+                self.until = None;
+                self.probing = false;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A probe went without an answer (cancelled): the next waiter may probe.
+    pub fn cancel_probe(&mut self) {
+        self.probing = false;
+    }
+
+    /// The end of the hold in force, if any (it may have passed without a probe yet).
+    pub fn until(&self) -> Option<T> {
+        self.until
+    }
+
+    /// How much of the hold is left at `now`; zero when there is none.
+    pub fn remaining(&self, now: T) -> Duration {
+        self.until.map_or(Duration::ZERO, |u| u - now.min(u))
+    }
 }
 
 /// A call may go out. Tell [`Pass::answered`] what came back; dropped without an answer (the
@@ -70,24 +155,10 @@ impl HoldOff {
             }
             // Registered before the state is read, so a change made after the read wakes it.
             let changed = self.changed.notified();
-            let wake = {
-                let mut state = self.lock();
-                let now = Instant::now();
-                match state.until {
-                    None => return Ok(self.pass(false)),
-                    Some(until) if now >= until && !state.probing => {
-                        state.probing = true;
-                        return Ok(self.pass(true));
-                    }
-                    Some(until) if until > deadline => {
-                        return Err(Held {
-                            remaining: until - now,
-                        });
-                    }
-                    // Held: wake at its end. Ended, with a probe out: wait for its answer.
-                    Some(until) if now < until => until,
-                    Some(_) => deadline,
-                }
+            let wake = match self.lock().admit(Instant::now(), deadline) {
+                Admission::Pass { probe } => return Ok(self.pass(probe)),
+                Admission::Held(held) => return Err(held),
+                Admission::Wait(wake) => wake,
             };
             tokio::select! {
                 () = changed => {}
@@ -95,31 +166,28 @@ impl HoldOff {
             }
             let now = Instant::now();
             if now >= deadline {
-                let state = self.lock();
                 return Err(Held {
-                    remaining: state.until.map_or(Duration::ZERO, |u| u - now.min(u)),
+                    remaining: self.lock().remaining(now),
                 });
             }
         }
     }
 
+    /// The end of the hold in force, if any.
+    pub fn until(&self) -> Option<Instant> {
+        if !self.held.load(Ordering::Acquire) {
+            return None;
+        }
+        self.lock().until()
+    }
+
     /// Records what a call got back; see [`Pass::answered`].
     fn record(&self, probe: bool, retry_after: Option<Duration>) {
         let mut state = self.lock();
-        match retry_after {
-            Some(delay) => {
-                let until = Instant::now() + delay.min(MAX_HOLD);
-                state.until = Some(state.until.map_or(until, |u| u.max(until)));
-                state.probing = false;
-                self.held.store(true, Ordering::Release);
-            }
-            None if probe => {
-                state.until = None;
-                state.probing = false;
-                self.held.store(false, Ordering::Release);
-            }
-            None => return,
+        if !state.record(Instant::now(), probe, retry_after) {
+            return;
         }
+        self.held.store(state.until().is_some(), Ordering::Release);
         drop(state);
         self.changed.notify_waiters();
     }
@@ -132,7 +200,7 @@ impl HoldOff {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HoldState<Instant>> {
         // The state is two plain fields, consistent after every assignment: a panic elsewhere
         // while it was held leaves nothing half-done.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -152,7 +220,7 @@ impl Pass<'_> {
 impl Drop for Pass<'_> {
     fn drop(&mut self) {
         if self.probe && !self.answered {
-            self.hold.lock().probing = false;
+            self.hold.lock().cancel_probe();
             self.hold.changed.notify_waiters();
         }
     }

@@ -8,6 +8,7 @@
 //! same token are coalesced into one call.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -175,15 +176,22 @@ impl TokenReviewAuthenticator {
 
     /// One TokenReview, turned into a cacheable answer (user or plain rejection) or an error
     /// (never cached): the call failed, or the API server rejected the token with an error text.
-    async fn review(&self, token: &str) -> Result<Reviewed, ReviewError> {
+    /// The future owns its spec, so a refresh ahead can run it in the background.
+    fn review(
+        &self,
+        token: &str,
+    ) -> impl Future<Output = Result<Reviewed, ReviewError>> + Send + 'static {
         let spec = TokenReviewSpec {
             token: token.to_owned(),
             audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
         };
-        let status = self.client.token_review(spec).await?;
-        user_from_token_review(status, &self.audiences)
-            .map(|user| user.map(Arc::new))
-            .map_err(ReviewError::Rejected)
+        let (client, audiences) = (self.client.clone(), self.audiences.clone());
+        async move {
+            let status = client.token_review(spec).await?;
+            user_from_token_review(status, &audiences)
+                .map(|user| user.map(Arc::new))
+                .map_err(ReviewError::Rejected)
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! webhooks (v1.34), the `matchConditions` that decide whether it is asked at all, evaluated before
 //! the cache is looked up.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -141,13 +142,20 @@ impl SubjectAccessReviewAuthorizer {
             .map_err(|shared| (*shared).clone())
     }
 
-    async fn review(&self, attrs: &Attributes<'_>) -> Result<Decision, AuthorizationError> {
-        let status = self
-            .client
-            .subject_access_review(review_spec(attrs))
-            .await
-            .map_err(|e| AuthorizationError::Webhook(e.to_string()))?;
-        decision_from_review(&status)
+    /// One SubjectAccessReview of `attrs`. The future owns its spec, so a refresh ahead can run
+    /// it in the background.
+    fn review(
+        &self,
+        attrs: &Attributes<'_>,
+    ) -> impl Future<Output = Result<Decision, AuthorizationError>> + Send + 'static {
+        let (client, spec) = (self.client.clone(), review_spec(attrs));
+        async move {
+            let status = client
+                .subject_access_review(spec)
+                .await
+                .map_err(|e| AuthorizationError::Webhook(e.to_string()))?;
+            decision_from_review(&status)
+        }
     }
 }
 

@@ -40,7 +40,7 @@ async fn concurrent_misses_make_one_call_and_errors_are_not_kept() {
         let (cache, calls, mut gate) = (Arc::clone(&cache), Arc::clone(&calls), gate.clone());
         waiters.push(tokio::spawn(async move {
             cache
-                .get_or_review(key("k"), || async move {
+                .get_or_review(key("k"), move || async move {
                     calls.fetch_add(1, Ordering::SeqCst);
                     let _ = gate.wait_for(|open| *open).await;
                     Ok::<_, ()>(7)
@@ -91,16 +91,16 @@ async fn distinct_keys_far_beyond_the_cap_never_exceed_it() {
         let mut h = KeyHasher::sha256();
         h.field(&i.to_be_bytes());
         let answer = cache
-            .get_or_review(h.finish(), || async move { Ok::<_, ()>(i) })
+            .get_or_review(h.finish(), move || async move { Ok::<_, ()>(i) })
             .await;
         assert_eq!(answer, Ok(i));
         if i % 65_536 == 0 {
-            cache.cache.run_pending_tasks().await;
-            most = most.max(cache.cache.entry_count());
+            cache.entries.run_pending_tasks().await;
+            most = most.max(cache.entries.entry_count());
         }
     }
-    cache.cache.run_pending_tasks().await;
-    let held = cache.cache.entry_count();
+    cache.entries.run_pending_tasks().await;
+    let held = cache.entries.entry_count();
     assert!(held <= CAP, "{held} entries held");
     assert!(most <= CAP, "{most} entries held at one point");
     assert!(held > CAP / 2, "the cache is in use: {held} entries");

@@ -19,6 +19,7 @@ mod credentials;
 mod deadlines;
 mod delegated;
 mod explain;
+mod fleet;
 mod forwarding;
 mod fuzz_corpus;
 mod hostile;

@@ -114,4 +114,16 @@ async fn a_hold_longer_than_a_review_may_wait_fails_closed_without_calling() {
         .await,
         1.0
     );
+    // The hold's end is exposed as a time still to come.
+    let until = h
+        .metric(
+            "kubelet_auth_proxy_apiserver_hold_off_until_timestamp_seconds",
+            &[],
+        )
+        .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(until > now, "hold-off until {until}, now {now}");
 }
