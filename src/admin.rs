@@ -2,6 +2,7 @@
 //! and `/metrics`, in plain HTTP, meant for loopback and node-local probes.
 
 use std::convert::Infallible;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -13,7 +14,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -50,28 +51,69 @@ impl Readiness {
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Readiness) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
-        let tcp = match listener.accept().await {
-            Ok((tcp, _)) => tcp,
-            Err(e) => {
-                // Typically EMFILE; back off briefly instead of spinning.
-                debug!(error = %e, "admin accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let metrics = Arc::clone(&metrics);
-        let http = Arc::clone(&http);
-        let readiness = readiness.clone();
-        tokio::spawn(async move {
-            let service = service_fn(move |req| {
-                let response = respond(&req, &metrics, readiness.not_ready());
-                async move { Ok::<_, Infallible>(response) }
-            });
-            if let Err(e) = http.serve_connection(TokioIo::new(tcp), service).await {
-                debug!(error = %e, "admin connection ended with an error");
-            }
-        });
+        match listener.accept().await {
+            Ok((tcp, _)) => serve_connection(tcp, &http, &metrics, &readiness),
+            Err(e) => accept_failed(&e).await,
+        }
     }
+}
+
+/// [`serve`] on the unix socket of `--admin-socket`, which only this process answers.
+pub async fn serve_unix(listener: UnixListener, metrics: Arc<Metrics>, readiness: Readiness) {
+    let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => serve_connection(stream, &http, &metrics, &readiness),
+            Err(e) => accept_failed(&e).await,
+        }
+    }
+}
+
+/// Typically EMFILE; backs off briefly instead of spinning.
+async fn accept_failed(error: &std::io::Error) {
+    debug!(%error, "admin accept failed");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+}
+
+fn serve_connection<IO>(
+    io: IO,
+    http: &Arc<auto::Builder<TokioExecutor>>,
+    metrics: &Arc<Metrics>,
+    readiness: &Readiness,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let metrics = Arc::clone(metrics);
+    let http = Arc::clone(http);
+    let readiness = readiness.clone();
+    tokio::spawn(async move {
+        let service = service_fn(move |req| {
+            let response = respond(&req, &metrics, readiness.not_ready());
+            async move { Ok::<_, Infallible>(response) }
+        });
+        if let Err(e) = http.serve_connection(TokioIo::new(io), service).await {
+            debug!(error = %e, "admin connection ended with an error");
+        }
+    });
+}
+
+/// Binds the unix socket at `path`, replacing a socket left there (by a process that ended, or
+/// by the one this process replaces, which keeps serving its open connections); anything else at
+/// the path is an error, never removed.
+pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt as _;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+        Ok(_) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "something other than a socket is there",
+            ));
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    UnixListener::bind(path)
 }
 
 fn respond(

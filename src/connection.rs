@@ -8,6 +8,13 @@
 //! Closing is graceful first (HTTP/2 `GOAWAY`, HTTP/1.1 no keep-alive), so a request that arrives
 //! at that moment is still answered; a peer that does not take the hint is dropped once nothing
 //! of it is in flight.
+//!
+//! When draining begins (a stop, or a handover to a new process), a connection with nothing in
+//! flight is not closed at once: closing an idle HTTP/1.1 connection races with a request the
+//! client may be sending on it, which then fails. It gets a last call instead: its next request
+//! within [`LAST_CALL`] is answered and closes it (`Connection: close`, or after `GOAWAY`), so
+//! keep-alive clients move to the new process without an error; one still idle after that is
+//! closed gracefully.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -24,6 +31,11 @@ use crate::metrics::Metrics;
 /// How long a connection told to close gracefully has before it is dropped, once nothing of it is
 /// in flight: enough for the peer to read a `GOAWAY` and close.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a connection idle when draining begins waits for one more request (see the module
+/// documentation): longer than the period of a client polling every few seconds, short enough
+/// not to hold a stop back when idle clients never come back.
+pub const LAST_CALL: Duration = Duration::from_secs(5);
 
 /// The two deadlines a connection lives by once TLS is done.
 #[derive(Debug, Clone, Copy)]
@@ -146,8 +158,9 @@ pub enum Ended<T> {
 
 /// Serves `conn` under `deadlines`: a missed deadline starts a graceful close (`close_gracefully`:
 /// stop taking requests, let in-flight ones finish), and a connection still open a second
-/// later with nothing in flight is dropped. Draining closes it gracefully too; closing (the
-/// grace period is over) drops it at once.
+/// later with nothing in flight is dropped. Draining closes it gracefully too, at once when a
+/// request is in flight, otherwise after its next request begins or [`LAST_CALL`] is over;
+/// closing (the grace period is over) drops it at once.
 pub async fn drive<C: Future>(
     conn: C,
     close_gracefully: impl Fn(Pin<&mut C>),
@@ -160,10 +173,16 @@ pub async fn drive<C: Future>(
     let mut closing = false;
     // Set once the connection has been told to close because it missed a deadline.
     let mut drop_at: Option<Instant> = None;
+    // Set when draining found the connection idle: until then, its next request is served.
+    let mut last_call: Option<Instant> = None;
     loop {
+        if last_call.is_some() && !closing && activity.in_flight() > 0 {
+            closing = true;
+            close_gracefully(conn.as_mut());
+        }
         let deadline = match drop_at {
             Some(at) => (activity.in_flight() == 0).then_some(at),
-            None => activity.deadline(deadlines),
+            None => earliest(activity.deadline(deadlines), last_call.filter(|_| !closing)),
         };
         tokio::select! {
             output = conn.as_mut() => {
@@ -174,22 +193,40 @@ pub async fn drive<C: Future>(
                 };
             }
             _ = changes.changed() => {}
-            () = shutdown.draining().cancelled(), if !closing => {
-                closing = true;
-                close_gracefully(conn.as_mut());
+            () = shutdown.draining().cancelled(), if !closing && last_call.is_none() => {
+                if activity.in_flight() > 0 {
+                    closing = true;
+                    close_gracefully(conn.as_mut());
+                } else {
+                    last_call = Some(Instant::now() + LAST_CALL);
+                }
             }
             () = shutdown.closing().cancelled() => return Ended::ForceClosed,
             () = sleep_until(deadline) => {
                 if drop_at.is_some() {
                     return Ended::TimedOut;
                 }
+                let missed = activity
+                    .deadline(deadlines)
+                    .is_some_and(|at| at <= Instant::now());
                 if !closing {
                     closing = true;
                     close_gracefully(conn.as_mut());
                 }
-                drop_at = Some(Instant::now() + CLOSE_GRACE);
+                // The last call being over is no missed deadline: the graceful close suffices.
+                if missed {
+                    drop_at = Some(Instant::now() + CLOSE_GRACE);
+                }
             }
         }
+    }
+}
+
+/// The earlier of two optional instants.
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -270,6 +307,54 @@ mod tests {
         drop(request);
         assert_eq!(ends.await.unwrap(), Ended::TimedOut);
         assert_eq!(finished.elapsed(), DEADLINES.idle + CLOSE_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn draining_keeps_an_idle_connection_for_its_next_request_then_closes_it() {
+        let activity = Activity::new();
+        let shutdown = Shutdown::new();
+        let (conn, closed) = stalled();
+        let ends = {
+            let (activity, shutdown) = (activity.clone(), shutdown.clone());
+            tokio::spawn(async move { drive(conn, close, &activity, DEADLINES, &shutdown).await })
+        };
+        shutdown.begin();
+        tokio::time::sleep(LAST_CALL / 2).await;
+        assert!(!closed.load(Ordering::SeqCst), "idle: kept for a last call");
+        let request = activity.begin();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            closed.load(Ordering::SeqCst),
+            "its request is answered with the close"
+        );
+        drop(request);
+        shutdown.closing().cancel();
+        assert_eq!(ends.await.unwrap(), Ended::ForceClosed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn draining_closes_a_connection_still_idle_after_the_last_call() {
+        let activity = Activity::new();
+        let shutdown = Shutdown::new();
+        let (conn, closed) = stalled();
+        let patient = Deadlines {
+            first_request: LAST_CALL * 4,
+            idle: LAST_CALL * 4,
+        };
+        let ends = {
+            let (activity, shutdown) = (activity.clone(), shutdown.clone());
+            tokio::spawn(async move { drive(conn, close, &activity, patient, &shutdown).await })
+        };
+        let started = Instant::now();
+        shutdown.begin();
+        while !closed.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The paused clock makes these exact: closed by the last call, not by a deadline.
+        assert!(started.elapsed() >= LAST_CALL);
+        assert!(started.elapsed() < LAST_CALL + Duration::from_millis(20));
+        shutdown.closing().cancel();
+        assert_eq!(ends.await.unwrap(), Ended::ForceClosed);
     }
 
     #[tokio::test(start_paused = true)]
