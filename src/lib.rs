@@ -128,6 +128,9 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                     stop = wait_for_signal() => {
                         stop?;
                         tracing::info!("shutting down during an upgrade in place");
+                        if let Err(e) = systemd::notify_stopping() {
+                            tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
+                        }
                         break;
                     }
                 };
