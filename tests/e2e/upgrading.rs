@@ -534,3 +534,61 @@ async fn restart_table() {
         println!("{row}");
     }
 }
+
+/// systemd's own tool for socket activation, when installed (it comes with systemd).
+const SOCKET_ACTIVATE: &str = "/usr/bin/systemd-socket-activate";
+
+#[tokio::test]
+async fn a_socket_passed_by_systemd_is_taken_and_served() {
+    if !Path::new(SOCKET_ACTIVATE).exists() {
+        println!("{SOCKET_ACTIVATE} is not installed (apt-get install systemd): not run");
+        return;
+    }
+    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
+        .await
+        .unwrap();
+    let dir = TempDir::new("socket-activation");
+    let ca = Authority::root("socket activation CA");
+    let config = proxy_config(
+        &dir,
+        &ca,
+        &format!("http://{}", kubelet.addr().unwrap()),
+        "",
+    );
+    // A free port for the tool to bind, as a socket unit's ListenStream= would.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    // The tool holds the socket and starts the proxy at the first connection, with LISTEN_PID,
+    // LISTEN_FDS and LISTEN_FDNAMES set as systemd sets them. That first connection waits in
+    // the socket while the proxy starts, and is served.
+    let args = [
+        format!("--listen={addr}"),
+        "--fdname=kubelet-api".to_owned(),
+        BINARY.to_owned(),
+        "--config".to_owned(),
+        config,
+        format!("--listen-address={addr}"),
+    ];
+    let alice = client(&ca, addr, "alice", H2_AND_HTTP1);
+    let first_request = async {
+        // Once the tool listens: this connection starts the proxy.
+        let _first = eventually("the tool listens", || async {
+            tokio::net::TcpStream::connect(addr).await.ok()
+        })
+        .await;
+        alice.get("/pods").await
+    };
+    let (proxy, reply) = tokio::join!(
+        ProxyProcess::start_from(Path::new(SOCKET_ACTIVATE), &dir, "activated", &args),
+        first_request
+    );
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(proxy.addr(), addr);
+    assert!(
+        proxy.stderr().contains("listening sockets inherited"),
+        "{}",
+        proxy.stderr()
+    );
+}
