@@ -95,7 +95,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
     let successor = handover::Successor::of_this_process();
     let metrics = std::sync::Arc::clone(&config.metrics);
-    let proxy = start(config).await?;
+    let mut proxy = start(config).await?;
     // A process taking over tells the old one, which then names it to systemd.
     if !handover::report_ready()
         && let Err(e) = systemd::notify_ready()
@@ -146,6 +146,8 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                     Err(e) => {
                         metrics.generation().handover_failed(e.cause());
                         tracing::warn!(error = %e, "SIGUSR2: upgrade in place failed");
+                        // The new process may have taken --admin-socket's path before failing.
+                        proxy.reclaim_admin_socket();
                     }
                 }
             }

@@ -80,7 +80,7 @@ pub struct RunningProxy {
     server: JoinHandle<()>,
     admin: JoinHandle<()>,
     /// The admin endpoints on `--admin-socket`, stopped with the admin listener.
-    admin_unix: Option<JoinHandle<()>>,
+    admin_unix: Option<AdminSocket>,
     /// Flushed once the connections have drained.
     audit: Option<AuditLog>,
     /// Copies of the listening sockets, for a successor on `SIGUSR2`; closed when draining
@@ -109,6 +109,16 @@ impl RunningProxy {
         &self.handover
     }
 
+    /// Binds `--admin-socket` anew, after a new process that took the path over failed: the path
+    /// then names a socket nobody answers, and this process goes on serving.
+    pub fn reclaim_admin_socket(&mut self) {
+        if let Some(socket) = &mut self.admin_unix
+            && let Err(e) = socket.rebind()
+        {
+            warn!(path = %socket.path.display(), error = %e, "cannot bind --admin-socket again");
+        }
+    }
+
     /// Turns readiness off, stops accepting, lets in-flight requests finish within the grace
     /// period, flushes the audit log, then stops the admin listener and returns.
     pub async fn shutdown(self) {
@@ -121,9 +131,50 @@ impl RunningProxy {
         self.admin.abort();
         let _ = self.admin.await;
         if let Some(admin_unix) = self.admin_unix {
-            admin_unix.abort();
-            let _ = admin_unix.await;
+            admin_unix.task.abort();
+            let _ = admin_unix.task.await;
         }
+    }
+}
+
+/// The admin endpoints on `--admin-socket`: where, what they answer from, and the task serving.
+struct AdminSocket {
+    path: std::path::PathBuf,
+    metrics: Arc<Metrics>,
+    readiness: admin::Readiness,
+    task: JoinHandle<()>,
+}
+
+impl AdminSocket {
+    fn serve(
+        path: std::path::PathBuf,
+        metrics: Arc<Metrics>,
+        readiness: admin::Readiness,
+    ) -> std::io::Result<AdminSocket> {
+        let listener = admin::bind_unix(&path)?;
+        let task = tokio::spawn(admin::serve_unix(
+            listener,
+            Arc::clone(&metrics),
+            readiness.clone(),
+        ));
+        Ok(AdminSocket {
+            path,
+            metrics,
+            readiness,
+            task,
+        })
+    }
+
+    /// Replaces whatever is at the path with a socket of this process again.
+    fn rebind(&mut self) -> std::io::Result<()> {
+        let listener = admin::bind_unix(&self.path)?;
+        self.task.abort();
+        self.task = tokio::spawn(admin::serve_unix(
+            listener,
+            Arc::clone(&self.metrics),
+            self.readiness.clone(),
+        ));
+        Ok(())
     }
 }
 
@@ -287,22 +338,22 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             draining: shutdown.draining().clone(),
         },
     ));
-    let mut admin_unix = None;
-    if let Some(path) = &config.admin_socket {
-        let listener = admin::bind_unix(path).map_err(|source| StartError::AdminSocket {
-            path: path.clone(),
-            source,
-        })?;
-        info!(path = %path.display(), "admin endpoints on this process's own socket too");
-        admin_unix = Some(tokio::spawn(admin::serve_unix(
-            listener,
-            Arc::clone(&metrics),
-            admin::Readiness {
+    let admin_unix = match &config.admin_socket {
+        Some(path) => {
+            let readiness = admin::Readiness {
                 listening: Arc::clone(&listening),
                 draining: shutdown.draining().clone(),
-            },
-        )));
-    }
+            };
+            let socket = AdminSocket::serve(path.clone(), Arc::clone(&metrics), readiness)
+                .map_err(|source| StartError::AdminSocket {
+                    path: path.clone(),
+                    source,
+                })?;
+            info!(path = %path.display(), "admin endpoints on this process's own socket too");
+            Some(socket)
+        }
+        None => None,
+    };
     let mut listeners = Vec::with_capacity(config.listen_addresses.len());
     for &address in &config.listen_addresses {
         listeners.push(

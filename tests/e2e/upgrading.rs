@@ -345,7 +345,7 @@ async fn a_new_binary_that_fails_leaves_the_old_one_serving_and_is_counted() {
         "proxy",
         &[
             "--config".to_owned(),
-            config,
+            config.clone(),
             format!("--admin-socket={}", socket.display()),
         ],
     )
@@ -393,10 +393,32 @@ async fn a_new_binary_that_fails_leaves_the_old_one_serving_and_is_counted() {
     let (ready, said) = admin_probe(&dir, &socket, "/readyz").await;
     assert!(ready, "{said}");
 
+    // The real binary again, with a configuration that fails only once it has taken the admin
+    // socket's path over (an address not on this host): the old process takes the path back.
+    replace(&binary, Path::new(BINARY));
+    let config_text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        config_text.replace(
+            "listenAddress: 127.0.0.1:0",
+            "listenAddress: [\"127.0.0.1:0\", \"192.0.2.1:10250\"]",
+        ),
+    )
+    .unwrap();
+    proxy.signal("USR2");
+    eventually("the failed handover counted", || async {
+        (failures("exited").await == 2.0).then_some(())
+    })
+    .await;
+    let (ready, said) = admin_probe(&dir, &socket, "/readyz").await;
+    assert!(ready, "the old process answers on its socket again: {said}");
+    assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
+
     let log = proxy.stderr();
     assert!(log.contains("refusing to start"), "{log}");
     assert!(log.contains("upgrade in place failed"), "{log}");
     assert!(log.contains("the old process goes on serving"), "{log}");
+    assert!(log.contains("192.0.2.1:10250: cannot listen"), "{log}");
     proxy.terminate();
     assert_eq!(proxy.wait().await.code(), Some(0), "{}", proxy.stderr());
 }
