@@ -2,7 +2,7 @@
 //! and `/metrics`, in plain HTTP, meant for loopback and node-local probes.
 
 use std::convert::Infallible;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -15,6 +15,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, UnixListener};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
@@ -59,7 +60,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Read
 }
 
 /// [`serve`] on the unix socket of `--admin-socket`, which only this process answers.
-pub async fn serve_unix(listener: UnixListener, metrics: Arc<Metrics>, readiness: Readiness) {
+async fn serve_unix(listener: UnixListener, metrics: Arc<Metrics>, readiness: Readiness) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         match listener.accept().await {
@@ -100,7 +101,7 @@ fn serve_connection<IO>(
 /// Binds the unix socket at `path`, replacing a socket left there (by a process that ended, or
 /// by the one this process replaces, which keeps serving its open connections); anything else at
 /// the path is an error, never removed.
-pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
+fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
     use std::os::unix::fs::FileTypeExt as _;
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
@@ -114,6 +115,59 @@ pub fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
         Err(e) => return Err(e),
     }
     UnixListener::bind(path)
+}
+
+/// The admin endpoints on `--admin-socket`: where, what they answer from, and the task serving.
+pub struct AdminSocket {
+    path: PathBuf,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    task: JoinHandle<()>,
+}
+
+impl AdminSocket {
+    /// Binds `path` (see [`bind_unix`]) and serves the admin endpoints there.
+    pub fn serve(
+        path: PathBuf,
+        metrics: Arc<Metrics>,
+        readiness: Readiness,
+    ) -> std::io::Result<AdminSocket> {
+        let listener = bind_unix(&path)?;
+        let task = tokio::spawn(serve_unix(
+            listener,
+            Arc::clone(&metrics),
+            readiness.clone(),
+        ));
+        Ok(AdminSocket {
+            path,
+            metrics,
+            readiness,
+            task,
+        })
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Stops serving.
+    pub async fn stop(self) {
+        self.task.abort();
+        let _ = self.task.await;
+    }
+
+    /// Replaces whatever is at the path with a socket of this process again.
+    pub fn rebind(&mut self) -> std::io::Result<()> {
+        let listener = bind_unix(&self.path)?;
+        self.task.abort();
+        self.task = tokio::spawn(serve_unix(
+            listener,
+            Arc::clone(&self.metrics),
+            self.readiness.clone(),
+        ));
+        Ok(())
+    }
 }
 
 fn respond(

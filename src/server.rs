@@ -80,7 +80,7 @@ pub struct RunningProxy {
     server: JoinHandle<()>,
     admin: JoinHandle<()>,
     /// The admin endpoints on `--admin-socket`, stopped with the admin listener.
-    admin_unix: Option<AdminSocket>,
+    admin_unix: Option<admin::AdminSocket>,
     /// Flushed once the connections have drained.
     audit: Option<AuditLog>,
     /// Copies of the listening sockets, for a successor on `SIGUSR2`; closed when draining
@@ -115,7 +115,7 @@ impl RunningProxy {
         if let Some(socket) = &mut self.admin_unix
             && let Err(e) = socket.rebind()
         {
-            warn!(path = %socket.path.display(), error = %e, "cannot bind --admin-socket again");
+            warn!(path = %socket.path().display(), error = %e, "cannot bind --admin-socket again");
         }
     }
 
@@ -131,50 +131,8 @@ impl RunningProxy {
         self.admin.abort();
         let _ = self.admin.await;
         if let Some(admin_unix) = self.admin_unix {
-            admin_unix.task.abort();
-            let _ = admin_unix.task.await;
+            admin_unix.stop().await;
         }
-    }
-}
-
-/// The admin endpoints on `--admin-socket`: where, what they answer from, and the task serving.
-struct AdminSocket {
-    path: std::path::PathBuf,
-    metrics: Arc<Metrics>,
-    readiness: admin::Readiness,
-    task: JoinHandle<()>,
-}
-
-impl AdminSocket {
-    fn serve(
-        path: std::path::PathBuf,
-        metrics: Arc<Metrics>,
-        readiness: admin::Readiness,
-    ) -> std::io::Result<AdminSocket> {
-        let listener = admin::bind_unix(&path)?;
-        let task = tokio::spawn(admin::serve_unix(
-            listener,
-            Arc::clone(&metrics),
-            readiness.clone(),
-        ));
-        Ok(AdminSocket {
-            path,
-            metrics,
-            readiness,
-            task,
-        })
-    }
-
-    /// Replaces whatever is at the path with a socket of this process again.
-    fn rebind(&mut self) -> std::io::Result<()> {
-        let listener = admin::bind_unix(&self.path)?;
-        self.task.abort();
-        self.task = tokio::spawn(admin::serve_unix(
-            listener,
-            Arc::clone(&self.metrics),
-            self.readiness.clone(),
-        ));
-        Ok(())
     }
 }
 
@@ -344,11 +302,11 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
                 listening: Arc::clone(&listening),
                 draining: shutdown.draining().clone(),
             };
-            let socket = AdminSocket::serve(path.clone(), Arc::clone(&metrics), readiness)
+            let socket = admin::AdminSocket::serve(path.clone(), Arc::clone(&metrics), readiness)
                 .map_err(|source| StartError::AdminSocket {
-                    path: path.clone(),
-                    source,
-                })?;
+                path: path.clone(),
+                source,
+            })?;
             info!(path = %path.display(), "admin endpoints on this process's own socket too");
             Some(socket)
         }
