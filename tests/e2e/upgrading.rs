@@ -287,9 +287,15 @@ async fn sigusr2_hands_over_to_a_new_process_while_sessions_finish_on_the_old() 
         true,
         stopped.clone(),
     );
-    let kept = Caller::start(client(&ca, addr, "kept", HTTP1_ONLY), false, stopped);
+    let kept = Caller::start(
+        client(&ca, addr, "kept", HTTP1_ONLY),
+        false,
+        stopped.clone(),
+    );
+    let kept_h2 = Caller::start(client(&ca, addr, "kept-h2", H2_AND_HTTP1), false, stopped);
     fresh.answered(0, 5).await;
     kept.answered(0, 5).await;
+    kept_h2.answered(0, 5).await;
 
     old.signal("USR2");
     let successor = Adopted::new(
@@ -311,9 +317,15 @@ async fn sigusr2_hands_over_to_a_new_process_while_sessions_finish_on_the_old() 
     let (before, kept_before) = (fresh.ok(), kept.ok());
     fresh.answered(before, 20).await;
     kept.answered(kept_before, 5).await;
+    kept_h2.answered(kept_h2.ok(), 5).await;
     stop.send_replace(true);
-    let served = fresh.ok() + kept.ok();
-    let failures = [fresh.failures().await, kept.failures().await].concat();
+    let served = fresh.ok() + kept.ok() + kept_h2.ok();
+    let failures = [
+        fresh.failures().await,
+        kept.failures().await,
+        kept_h2.failures().await,
+    ]
+    .concat();
     assert!(
         failures.is_empty(),
         "{} answered, failed: {failures:?}",
