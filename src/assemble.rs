@@ -33,6 +33,8 @@ pub struct Services {
     pub listen_retry_timeout: Duration,
     /// Where /healthz, /readyz and /metrics are served.
     pub admin_listen_address: std::net::SocketAddr,
+    /// Where this process alone serves the same.
+    pub admin_socket: Option<std::path::PathBuf>,
     /// Serving TLS, swapped when its files change.
     pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
     /// Who is calling.
@@ -111,6 +113,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         listen_addresses: settings.listen_addresses,
         listen_retry_timeout: settings.listen_retry_timeout,
         admin_listen_address: settings.admin_listen_address,
+        admin_socket: settings.admin_socket,
         server_tls: settings.server_tls,
         authenticator,
         decider,

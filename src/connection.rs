@@ -8,6 +8,13 @@
 //! Closing is graceful first (HTTP/2 `GOAWAY`, HTTP/1.1 no keep-alive), so a request that arrives
 //! at that moment is still answered; a peer that does not take the hint is dropped once nothing
 //! of it is in flight.
+//!
+//! When draining begins (a stop, or a handover to a new process), a connection with nothing in
+//! flight is not closed at once: closing an idle HTTP/1.1 connection races with a request the
+//! client may be sending on it, which then fails. It gets a last call instead: its next request
+//! within [`LAST_CALL`] is answered and closes it (`Connection: close`, or after `GOAWAY`), so
+//! keep-alive clients move to the new process without an error; one still idle after that is
+//! closed gracefully.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,7 +23,7 @@ use std::time::Duration;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 
 use crate::shutdown::Shutdown;
 use tokio::time::Instant;
@@ -26,6 +33,11 @@ use crate::metrics::Metrics;
 /// How long a connection told to close gracefully has before it is dropped, once nothing of it is
 /// in flight: enough for the peer to read a `GOAWAY` and close.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// How long a connection idle when draining begins waits for one more request (see the module
+/// documentation): longer than the period of a client polling every few seconds, short enough
+/// not to hold a stop back when idle clients never come back.
+pub const LAST_CALL: Duration = Duration::from_secs(5);
 
 /// The two deadlines a connection lives by once TLS is done.
 #[derive(Debug, Clone, Copy)]
@@ -57,6 +69,10 @@ struct Account {
     /// When the connection last had nothing in flight, in nanoseconds since `origin`.
     idle_since: AtomicU64,
     origin: Instant,
+    /// Set by [`drive`] while it waits for a request to begin (the last call of a draining
+    /// connection); only then does a request's start wake it, through `began`.
+    watched: AtomicBool,
+    began: Notify,
 }
 
 impl Account {
@@ -73,15 +89,34 @@ impl Activity {
             served: AtomicBool::new(false),
             idle_since: AtomicU64::new(0),
             origin: Instant::now(),
+            watched: AtomicBool::new(false),
+            began: Notify::new(),
         }))
     }
 
     /// Counts a request as in flight until the returned guard is dropped (with the response body,
     /// see [`crate::held_body::Holding`]).
     pub fn begin(&self) -> InFlight {
-        self.0.in_flight.fetch_add(1, Ordering::AcqRel);
+        // SeqCst with `watch_for_requests`: either this sees the flag, or `drive` sees this
+        // request in flight.
+        self.0.in_flight.fetch_add(1, Ordering::SeqCst);
         self.0.served.store(true, Ordering::Release);
+        if self.0.watched.load(Ordering::SeqCst) {
+            self.0.began.notify_one();
+        }
         InFlight(self.clone())
+    }
+
+    /// From now on, a request's start wakes [`Activity::request_began`]; returns whether a
+    /// request is in flight already.
+    fn watch_for_requests(&self) -> bool {
+        self.0.watched.store(true, Ordering::SeqCst);
+        self.0.in_flight.load(Ordering::SeqCst) > 0
+    }
+
+    /// Resolves once a request begins after [`Activity::watch_for_requests`].
+    async fn request_began(&self) {
+        self.0.began.notified().await;
     }
 
     /// When the connection must be closed if nothing changes: `None` while a request is in flight.
@@ -164,8 +199,9 @@ pub enum Ended<T> {
 
 /// Serves `conn` under `deadlines`: a missed deadline starts a graceful close (`close_gracefully`:
 /// stop taking requests, let in-flight ones finish), and a connection still open a second
-/// later with nothing in flight is dropped. Draining closes it gracefully too; closing (the
-/// grace period is over) drops it at once.
+/// later with nothing in flight is dropped. Draining closes it gracefully too, at once when a
+/// request is in flight, otherwise after its next request begins or [`LAST_CALL`] is over;
+/// closing (the grace period is over) drops it at once.
 pub async fn drive<C: Future>(
     conn: C,
     close_gracefully: impl Fn(Pin<&mut C>),
@@ -177,6 +213,8 @@ pub async fn drive<C: Future>(
     let mut closing = false;
     // Set once the connection has been told to close because it missed a deadline.
     let mut drop_at: Option<Instant> = None;
+    // Set when draining found the connection idle: until then, its next request is served.
+    let mut last_call: Option<Instant> = None;
     let timer = tokio::time::sleep_until(next_check(activity, deadlines, Instant::now()));
     tokio::pin!(timer);
     loop {
@@ -188,7 +226,19 @@ pub async fn drive<C: Future>(
                     Ended::Finished(output)
                 };
             }
-            () = shutdown.draining().cancelled(), if !closing => {
+            () = shutdown.draining().cancelled(), if !closing && last_call.is_none() => {
+                if activity.watch_for_requests() {
+                    closing = true;
+                    close_gracefully(conn.as_mut());
+                } else {
+                    let at = Instant::now() + LAST_CALL;
+                    last_call = Some(at);
+                    if at < timer.deadline() {
+                        timer.as_mut().reset(at);
+                    }
+                }
+            }
+            () = activity.request_began(), if last_call.is_some() && !closing => {
                 closing = true;
                 close_gracefully(conn.as_mut());
             }
@@ -213,7 +263,21 @@ pub async fn drive<C: Future>(
                         drop_at = Some(at);
                         timer.as_mut().reset(at);
                     }
-                    _ => timer.as_mut().reset(next_check(activity, deadlines, now)),
+                    _ => {
+                        // The last call being over is no missed deadline: the graceful close
+                        // suffices.
+                        let last_call = last_call.filter(|_| !closing);
+                        if last_call.is_some_and(|at| at <= now) {
+                            closing = true;
+                            close_gracefully(conn.as_mut());
+                        }
+                        let next = next_check(activity, deadlines, now);
+                        let next = match last_call.filter(|_| !closing) {
+                            Some(at) => next.min(at),
+                            None => next,
+                        };
+                        timer.as_mut().reset(next);
+                    }
                 }
             }
         }
@@ -341,6 +405,54 @@ mod tests {
         let finished = Instant::now() - DEADLINES.idle / 4;
         assert_eq!(ends.await.unwrap(), Ended::TimedOut);
         assert_eq!(finished.elapsed(), DEADLINES.idle + CLOSE_GRACE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn draining_keeps_an_idle_connection_for_its_next_request_then_closes_it() {
+        let activity = Activity::new();
+        let shutdown = Shutdown::new();
+        let (conn, closed) = stalled();
+        let ends = {
+            let (activity, shutdown) = (activity.clone(), shutdown.clone());
+            tokio::spawn(async move { drive(conn, close, &activity, DEADLINES, &shutdown).await })
+        };
+        shutdown.begin();
+        tokio::time::sleep(LAST_CALL / 2).await;
+        assert!(!closed.load(Ordering::SeqCst), "idle: kept for a last call");
+        let request = activity.begin();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            closed.load(Ordering::SeqCst),
+            "its request is answered with the close"
+        );
+        drop(request);
+        shutdown.closing().cancel();
+        assert_eq!(ends.await.unwrap(), Ended::ForceClosed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn draining_closes_a_connection_still_idle_after_the_last_call() {
+        let activity = Activity::new();
+        let shutdown = Shutdown::new();
+        let (conn, closed) = stalled();
+        let patient = Deadlines {
+            first_request: LAST_CALL * 4,
+            idle: LAST_CALL * 4,
+        };
+        let ends = {
+            let (activity, shutdown) = (activity.clone(), shutdown.clone());
+            tokio::spawn(async move { drive(conn, close, &activity, patient, &shutdown).await })
+        };
+        let started = Instant::now();
+        shutdown.begin();
+        while !closed.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The paused clock makes these exact: closed by the last call, not by a deadline.
+        assert!(started.elapsed() >= LAST_CALL);
+        assert!(started.elapsed() < LAST_CALL + Duration::from_millis(20));
+        shutdown.closing().cancel();
+        assert_eq!(ends.await.unwrap(), Ended::ForceClosed);
     }
 
     #[tokio::test(start_paused = true)]

@@ -33,17 +33,26 @@
 //!   [`proxy`] share.
 //! - [`reload`]: certificates, the client CA and policies swapped in when their files change.
 //! - [`reports`]: a recurring failure said once a minute per cause.
-//! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener.
+//! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener
+//!   (on `--admin-socket` too, which [`admin_probe`] asks for exec probes); [`generation`]: which
+//!   build and process serves.
 //! - [`audit`]: one `audit.k8s.io/v1` event per request ([`audit`]'s `event`, `json`, `writer`,
 //!   `rotate`), written off the request path, each bounded in size; refusals before
 //!   authentication sampled ([`audit::refusals`]).
 //! - [`shutdown`]: draining, then closing after the grace period, and the connections and
 //!   sessions it waits for; [`systemd`]: readiness and stopping notifications for `Type=notify`.
+//! - Replacing the proxy without refusing a connection: listeners bound with `SO_REUSEPORT`
+//!   ([`server`]), so a new process starts beside the old; [`listen_fds`]: sockets passed in by
+//!   systemd or by the process handing over; [`handover`]: `SIGUSR2` starts the new version from
+//!   the same path with the same sockets, and drains once it serves.
 //! - [`demo`]: the self-contained tour; [`explain`]: one request's decision, step by step, or a
 //!   table of them (`--check`), for operators, from the same configuration and code.
-#![forbid(unsafe_code)]
+// Denied everywhere but in the two modules that take and pass inherited descriptors
+// (listen_fds, handover), which no safe interface can do.
+#![deny(unsafe_code)]
 
 pub mod admin;
+pub mod admin_probe;
 pub mod apiserver;
 pub mod assemble;
 pub mod audit;
@@ -57,7 +66,10 @@ pub mod decision;
 pub mod demo;
 pub mod descriptors;
 pub mod explain;
+pub mod generation;
+pub mod handover;
 pub mod held_body;
+pub mod listen_fds;
 pub mod metrics;
 pub mod probe;
 pub mod proxy;
@@ -77,16 +89,72 @@ pub use config::{ConfigError, Settings};
 pub use server::{RunningProxy, StartError, start};
 
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully, telling systemd (when it started
-/// the proxy as a `Type=notify` service) when serving begins and when draining starts.
+/// the proxy as a `Type=notify` service) when serving begins and when draining starts. On
+/// SIGUSR2, hands the listening sockets to a new process started from the same path
+/// ([`handover`]) and drains once it serves; if it fails, goes on serving.
 pub async fn run(config: Services) -> Result<(), StartError> {
-    let proxy = start(config).await?;
-    if let Err(e) = systemd::notify_ready() {
+    // Before anything else: a SIGUSR2 must never meet the default action, which kills.
+    let mut upgrade =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
+    let successor = handover::Successor::of_this_process();
+    let metrics = std::sync::Arc::clone(&config.metrics);
+    let mut proxy = start(config).await?;
+    // A process taking over tells the old one, which then names it to systemd.
+    if !handover::report_ready()
+        && let Err(e) = systemd::notify_ready()
+    {
         tracing::warn!(error = %e, "cannot tell systemd the proxy is ready");
     }
-    wait_for_signal().await?;
-    tracing::info!("shutting down");
-    if let Err(e) = systemd::notify_stopping() {
-        tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
+    loop {
+        tokio::select! {
+            stop = wait_for_signal() => {
+                stop?;
+                tracing::info!("shutting down");
+                if let Err(e) = systemd::notify_stopping() {
+                    tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
+                }
+                break;
+            }
+            _ = upgrade.recv() => {
+                let successor = match &successor {
+                    Ok(successor) => successor,
+                    Err(e) => {
+                        metrics.generation().handover_failed("spawn");
+                        tracing::warn!(error = %e, "SIGUSR2: cannot tell which executable this process was started from; going on serving");
+                        continue;
+                    }
+                };
+                tracing::info!("SIGUSR2: upgrading in place");
+                let started = tokio::select! {
+                    started = successor.start(proxy.handover_sockets()) => started,
+                    // A stop meanwhile wins: the new process is killed on the way out.
+                    stop = wait_for_signal() => {
+                        stop?;
+                        tracing::info!("shutting down during an upgrade in place");
+                        if let Err(e) = systemd::notify_stopping() {
+                            tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
+                        }
+                        break;
+                    }
+                };
+                match started {
+                    Ok(pid) => {
+                        metrics.generation().handed_over();
+                        tracing::info!(pid, "the new process serves; draining this one");
+                        if let Err(e) = systemd::notify_main_pid(pid) {
+                            tracing::warn!(error = %e, "cannot tell systemd the new main process");
+                        }
+                        break;
+                    }
+                    Err(e) => {
+                        metrics.generation().handover_failed(e.cause());
+                        tracing::warn!(error = %e, "SIGUSR2: upgrade in place failed");
+                        // The new process may have taken --admin-socket's path before failing.
+                        proxy.reclaim_admin_socket();
+                    }
+                }
+            }
+        }
     }
     proxy.shutdown().await;
     Ok(())

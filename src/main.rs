@@ -60,10 +60,24 @@ enum Command {
     /// would answer 500).
     #[command(args_override_self = true)]
     Explain(explain::ExplainArgs),
+    /// Ask one proxy process, through its --admin-socket, for /readyz (or another admin path):
+    /// exit status 0 on 200, 1 otherwise. For Kubernetes exec probes: on a host-network node two
+    /// proxies share the admin port during a surge rollout, the socket reaches this pod's own.
+    AdminProbe(AdminProbeArgs),
     /// Print a shell completion script to stdout.
     Completions(CompletionsArgs),
     /// Print the manual page (roff) to stdout: every subcommand and option.
     Man,
+}
+
+#[derive(Debug, clap::Args)]
+struct AdminProbeArgs {
+    /// The proxy's --admin-socket.
+    #[arg(long, value_name = "PATH")]
+    admin_socket: std::path::PathBuf,
+    /// The admin path to ask for.
+    #[arg(value_name = "PATH", default_value = "/readyz")]
+    target: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -310,6 +324,25 @@ fn main() -> anyhow::Result<ExitCode> {
                 runtime.block_on(explain::run(&args, &origins)),
             ))
         }
+        Some(Command::AdminProbe(args)) => {
+            match runtime.block_on(kubelet_auth_proxy::admin_probe::get(
+                &args.admin_socket,
+                &args.target,
+            )) {
+                Ok((status, body)) if status == http::StatusCode::OK => {
+                    println!("{}", body.trim_end());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Ok((status, body)) => {
+                    eprintln!("kubelet-auth-proxy: {status}: {}", body.trim_end());
+                    Ok(ExitCode::FAILURE)
+                }
+                Err(e) => {
+                    eprintln!("kubelet-auth-proxy: {e}");
+                    Ok(ExitCode::FAILURE)
+                }
+            }
+        }
         Some(Command::Completions(args)) => {
             // Into memory first: the generator panics on a write error (a closed pipe).
             let mut script = Vec::new();
@@ -349,7 +382,10 @@ fn main() -> anyhow::Result<ExitCode> {
                 Ok(()) => Ok(ExitCode::SUCCESS),
                 // A listen address that cannot be bound is a configuration error: one line
                 // naming the flag, status 2, as for every other.
-                Err(e @ kubelet_auth_proxy::StartError::Bind { .. }) => {
+                Err(
+                    e @ (kubelet_auth_proxy::StartError::Bind { .. }
+                    | kubelet_auth_proxy::StartError::AdminSocket { .. }),
+                ) => {
                     eprintln!("kubelet-auth-proxy: {e}");
                     Ok(ExitCode::from(2))
                 }

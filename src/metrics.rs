@@ -263,6 +263,7 @@ pub struct Metrics {
     audit_suppressed: Counter,
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
     match_condition_errors: Family<AuthorizerLabels, Counter>,
+    generation: crate::generation::Generation,
 }
 
 impl Default for Metrics {
@@ -415,8 +416,10 @@ impl Metrics {
             "Webhook authorizations whose matchConditions could not be evaluated (the failurePolicy answered), by authorizer",
             match_condition_errors.clone(),
         );
+        let generation = crate::generation::Generation::register(&mut registry);
         Metrics {
             registry,
+            generation,
             requests,
             latency,
             connections,
@@ -588,6 +591,11 @@ impl Metrics {
     /// Counts a connection closed for missing its first-request or idle deadline.
     pub fn connection_timed_out(&self) {
         self.connection_timeouts.inc();
+    }
+
+    /// Build, start time and handovers ([`crate::generation`]).
+    pub fn generation(&self) -> &crate::generation::Generation {
+        &self.generation
     }
 
     /// The Prometheus text exposition of every metric.

@@ -40,7 +40,9 @@ use crate::authn::User;
 use crate::authn::{Authenticator, ConnectionIdentity};
 use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended};
 use crate::decision::{Decider, Judgement, Refusal, RequestDecision, Unobserved, Verdict};
+use crate::handover::HandoverSockets;
 use crate::held_body::Holding;
+use crate::listen_fds::{Inherited, Role};
 use crate::metrics::{Metrics, Outcome, RequestLabels};
 use crate::proxy::{ForwardError, Forwarder, UpgradedStream, cause, headers};
 use crate::reload::Reloadable;
@@ -77,8 +79,13 @@ pub struct RunningProxy {
     shutdown: Shutdown,
     server: JoinHandle<()>,
     admin: JoinHandle<()>,
+    /// The admin endpoints on `--admin-socket`, stopped with the admin listener.
+    admin_unix: Option<admin::AdminSocket>,
     /// Flushed once the connections have drained.
     audit: Option<AuditLog>,
+    /// Copies of the listening sockets, for a successor on `SIGUSR2`; closed when draining
+    /// begins, so that the listeners really close once the accept loops let go of them.
+    handover: HandoverSockets,
 }
 
 impl RunningProxy {
@@ -97,9 +104,25 @@ impl RunningProxy {
         self.admin_addr
     }
 
+    /// The listening sockets, to hand to a successor ([`crate::handover`]).
+    pub fn handover_sockets(&self) -> &HandoverSockets {
+        &self.handover
+    }
+
+    /// Binds `--admin-socket` anew, after a new process that took the path over failed: the path
+    /// then names a socket nobody answers, and this process goes on serving.
+    pub fn reclaim_admin_socket(&mut self) {
+        if let Some(socket) = &mut self.admin_unix
+            && let Err(e) = socket.rebind()
+        {
+            warn!(path = %socket.path().display(), error = %e, "cannot bind --admin-socket again");
+        }
+    }
+
     /// Turns readiness off, stops accepting, lets in-flight requests finish within the grace
     /// period, flushes the audit log, then stops the admin listener and returns.
     pub async fn shutdown(self) {
+        drop(self.handover);
         self.shutdown.begin();
         let _ = self.server.await;
         if let Some(audit) = self.audit {
@@ -107,6 +130,9 @@ impl RunningProxy {
         }
         self.admin.abort();
         let _ = self.admin.await;
+        if let Some(admin_unix) = self.admin_unix {
+            admin_unix.stop().await;
+        }
     }
 }
 
@@ -121,6 +147,18 @@ pub enum StartError {
         flag: &'static str,
         /// The address.
         addr: SocketAddr,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `--admin-socket` could not be bound.
+    #[error(
+        "--admin-socket {}: cannot listen: {source}; the directory must exist and be writable by the proxy, and the path free or a socket",
+        path.display()
+    )]
+    AdminSocket {
+        /// The path.
+        path: std::path::PathBuf,
         /// What the operating system said.
         #[source]
         source: std::io::Error,
@@ -151,7 +189,10 @@ fn bind_hint(error: &std::io::Error) -> &'static str {
 /// (or `[::]:10250`) coexists with a kubelet on the other family's loopback (`[::1]:10250`, or
 /// `127.0.0.1:10250`): the kernel only refuses a wildcard beside a specific address of the same
 /// family. `SO_REUSEADDR` as Tokio sets it (a restart rebinds while old connections linger in
-/// TIME_WAIT); the backlog is Tokio's.
+/// TIME_WAIT); `SO_REUSEPORT` so that a new proxy starts beside the running one on the same
+/// addresses (a surge rollout), the kernel spreading new connections over both until the old one
+/// stops. Only a process of the same user can join (Linux checks it); a kubelet still on the port
+/// does not set it, so binding beside it still fails. The backlog is Tokio's.
 fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -159,6 +200,7 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
         socket.set_only_v6(true)?;
     }
     socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
@@ -171,7 +213,11 @@ const ADMIN_BIND_RETRY: std::time::Duration = std::time::Duration::from_secs(60)
 /// between the kubelet letting go of the port and the proxy taking it.
 const MAX_BIND_PAUSE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Binds `addr` for `flag`. While another process holds the address (the kubelet still on the
+/// The admin listener's flag, which names its role among inherited sockets.
+const ADMIN_FLAG: &str = "--admin-listen-address";
+
+/// Binds `addr` for `flag`, or takes the socket for it that systemd or the proxy handing over
+/// passed in ([`crate::listen_fds`]). While another process holds the address (the kubelet still on the
 /// port during a rollout), retries with a backoff from 100 ms to 500 ms for up to `retry`, saying
 /// why once and then every minute; any other error, or still in use after that, is a
 /// [`StartError::Bind`].
@@ -179,7 +225,20 @@ async fn bind(
     flag: &'static str,
     addr: SocketAddr,
     retry: std::time::Duration,
+    inherited: &mut Inherited,
 ) -> Result<TcpListener, StartError> {
+    let role = if flag == ADMIN_FLAG {
+        Role::Admin
+    } else {
+        Role::KubeletApi
+    };
+    if let Some(listener) = inherited.claim(role, addr) {
+        return TcpListener::from_std(listener).map_err(|source| StartError::Bind {
+            flag,
+            addr,
+            source,
+        });
+    }
     let started = Instant::now();
     let mut pause = std::time::Duration::from_millis(100);
     let mut said: Option<Instant> = None;
@@ -211,16 +270,23 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     // The admin listener first: while the kubelet API's address is still held (by the kubelet,
     // during a rollout), /healthz says the process is alive and /readyz that it does not serve
     // yet, so a liveness or startup probe does not restart a proxy that is only waiting.
+    let mut inherited = Inherited::take().unwrap_or_else(|e| {
+        warn!(error = %e, "ignoring the inherited sockets; binding the addresses anew");
+        Inherited::default()
+    });
     let admin_listener = bind(
-        "--admin-listen-address",
+        ADMIN_FLAG,
         config.admin_listen_address,
         ADMIN_BIND_RETRY,
+        &mut inherited,
     )
     .await?;
     let metrics = Arc::clone(&config.metrics);
     let shutdown = config.shutdown.clone();
     let listening = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let admin_addr = admin_listener.local_addr()?;
+    let mut handover = HandoverSockets::default();
+    handover.add(Role::Admin, &admin_listener)?;
     info!(%admin_addr, "admin listener serving /healthz, /readyz and /metrics");
     let admin = tokio::spawn(admin::serve(
         admin_listener,
@@ -230,9 +296,38 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             draining: shutdown.draining().clone(),
         },
     ));
+    let admin_unix = match &config.admin_socket {
+        Some(path) => {
+            let readiness = admin::Readiness {
+                listening: Arc::clone(&listening),
+                draining: shutdown.draining().clone(),
+            };
+            let socket = admin::AdminSocket::serve(path.clone(), Arc::clone(&metrics), readiness)
+                .map_err(|source| StartError::AdminSocket {
+                path: path.clone(),
+                source,
+            })?;
+            info!(path = %path.display(), "admin endpoints on this process's own socket too");
+            Some(socket)
+        }
+        None => None,
+    };
     let mut listeners = Vec::with_capacity(config.listen_addresses.len());
     for &address in &config.listen_addresses {
-        listeners.push(bind("--listen-address", address, config.listen_retry_timeout).await?);
+        listeners.push(
+            bind(
+                "--listen-address",
+                address,
+                config.listen_retry_timeout,
+                &mut inherited,
+            )
+            .await?,
+        );
+    }
+    inherited.close_unclaimed();
+    crate::handover::explain_queue_migration();
+    for listener in &listeners {
+        handover.add(Role::KubeletApi, listener)?;
     }
     listening.store(true, std::sync::atomic::Ordering::Release);
     let addrs = listeners
@@ -288,7 +383,9 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         shutdown,
         server,
         admin,
+        admin_unix,
         audit: config.audit,
+        handover,
     })
 }
 
@@ -341,7 +438,7 @@ async fn serve(
     }
 }
 
-/// Accepts connections on one listener until draining begins.
+/// Accepts connections on one listener until draining begins, then those already queued.
 async fn accept_loop(
     listener: TcpListener,
     slots: Arc<Semaphore>,
@@ -352,6 +449,13 @@ async fn accept_loop(
     shutdown: Shutdown,
 ) {
     let mut accept_errors = AcceptBackoff::default();
+    let accepted = Accepted {
+        serving_tls,
+        http,
+        pipeline,
+        limits,
+        shutdown: shutdown.clone(),
+    };
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&slots).acquire_owned() => match permit {
@@ -376,18 +480,80 @@ async fn accept_loop(
             },
             () = shutdown.draining().cancelled() => break,
         };
-        let slot = Arc::new(ConnectionSlot::new(permit, Arc::clone(&pipeline.metrics)));
-        let pipeline = Arc::clone(&pipeline);
+        accepted.serve(tcp, peer, permit);
+    }
+    accept_queued(listener, &slots, &accepted);
+}
+
+/// Serves the connections already in `listener`'s queue when draining begins, before the
+/// listener is closed. Closing a listening socket resets every connection still queued on it;
+/// beside another process on the same address (a surge rollout) those clients would see a reset
+/// for a connection the kernel had already established. Served here, each gets its request
+/// answered and the connection closed politely (see [`connection::LAST_CALL`]). Connections that
+/// arrive between this sweep and the close are moved to the other process's socket by the kernel
+/// only with `net.ipv4.tcp_migrate_req=1` ([`crate::handover::explain_queue_migration`]).
+fn accept_queued(listener: TcpListener, slots: &Arc<Semaphore>, accepted: &Accepted) {
+    let listener = match listener.into_std() {
+        Ok(listener) => listener,
+        Err(e) => {
+            debug!(error = %e, "cannot take the queued connections");
+            return;
+        }
+    };
+    let mut served = 0usize;
+    loop {
+        let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
+            break;
+        };
+        let Ok((tcp, peer)) = listener.accept() else {
+            // WouldBlock: the queue is empty; anything else ends the sweep the same way.
+            break;
+        };
+        let tcp = match tcp
+            .set_nonblocking(true)
+            .and_then(|()| TcpStream::from_std(tcp))
+        {
+            Ok(tcp) => tcp,
+            Err(e) => {
+                debug!(%peer, error = %e, "cannot serve a queued connection");
+                continue;
+            }
+        };
+        accepted.serve(tcp, peer, permit);
+        served += 1;
+    }
+    if served > 0 {
+        debug!(served, "served the connections queued when draining began");
+    }
+}
+
+/// What every accepted connection of one listener is served with.
+struct Accepted {
+    serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
+    http: Arc<auto::Builder<TokioExecutor>>,
+    pipeline: Arc<Pipeline>,
+    limits: Limits,
+    shutdown: Shutdown,
+}
+
+impl Accepted {
+    /// Serves one connection as one of the shutdown's tasks, holding `permit` for its life.
+    fn serve(&self, tcp: TcpStream, peer: SocketAddr, permit: tokio::sync::OwnedSemaphorePermit) {
+        let slot = Arc::new(ConnectionSlot::new(
+            permit,
+            Arc::clone(&self.pipeline.metrics),
+        ));
+        let pipeline = Arc::clone(&self.pipeline);
         // The configuration in force when the connection arrives: a rotated certificate is used
         // by new connections while open ones keep theirs.
-        let acceptor = TlsAcceptor::from(serving_tls.current_arc());
-        let http = Arc::clone(&http);
+        let acceptor = TlsAcceptor::from(self.serving_tls.current_arc());
+        let http = Arc::clone(&self.http);
         let limits = Connection {
-            handshake_timeout: limits.handshake_timeout,
-            deadlines: limits.deadlines,
-            shutdown: shutdown.clone(),
+            handshake_timeout: self.limits.handshake_timeout,
+            deadlines: self.limits.deadlines,
+            shutdown: self.shutdown.clone(),
         };
-        shutdown.spawn(serve_connection(
+        self.shutdown.spawn(serve_connection(
             tcp, peer, acceptor, http, pipeline, slot, limits,
         ));
     }

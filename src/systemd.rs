@@ -65,6 +65,16 @@ pub fn notify_stopping() -> Result<(), NotifyError> {
     }
 }
 
+/// Tells systemd that `pid`, the process this one handed its sockets to, is the service's main
+/// process from now on, so that it follows the new process and this one may exit. A no-op
+/// outside systemd.
+pub fn notify_main_pid(pid: u32) -> Result<(), NotifyError> {
+    match from_environment()? {
+        Some(socket) => socket.main_pid(pid),
+        None => Ok(()),
+    }
+}
+
 /// Sets the one-line status `systemctl status` shows. A no-op outside systemd.
 pub fn notify_status(status: &str) -> Result<(), NotifyError> {
     match from_environment()? {
@@ -114,6 +124,12 @@ impl NotifySocket {
     /// Sends `STOPPING=1` with a status line.
     pub fn stopping(&self) -> Result<(), NotifyError> {
         self.send("STOPPING=1", b"STOPPING=1\nSTATUS=Draining connections")
+    }
+
+    /// Sends `MAINPID=<pid>` with a status line.
+    pub fn main_pid(&self, pid: u32) -> Result<(), NotifyError> {
+        let message = format!("MAINPID={pid}\nSTATUS=Handed over to process {pid}");
+        self.send("MAINPID", message.as_bytes())
     }
 
     /// Sends `STATUS=<status>`; refuses a status containing control characters.
@@ -212,6 +228,11 @@ mod tests {
         assert_eq!(
             receive(&listener),
             "STOPPING=1\nSTATUS=Draining connections"
+        );
+        socket.main_pid(4242).unwrap();
+        assert_eq!(
+            receive(&listener),
+            "MAINPID=4242\nSTATUS=Handed over to process 4242"
         );
         socket.status("Serving 3 connections").unwrap();
         assert_eq!(receive(&listener), "STATUS=Serving 3 connections");

@@ -26,14 +26,17 @@ cp -r "$units" "$root/usr/lib/systemd/system"
 # A hard link when the binary is on the same filesystem (a debug binary is large).
 ln "$binary" "$root/usr/local/bin/kubelet-auth-proxy" 2>/dev/null ||
   cp "$binary" "$root/usr/local/bin/kubelet-auth-proxy"
-units=(kubelet-auth-proxy.service kubelet-auth-proxy-credentials.service
+units=(kubelet-auth-proxy.service kubelet-auth-proxy.socket kubelet-auth-proxy-credentials.service
   kubelet-auth-proxy-credentials.path)
 for unit in "${units[@]}"; do
   cp "$here/$unit" "$root/etc/systemd/system/"
 done
-# The programs the credential copy runs.
+# The programs the credential copy and the reload run.
 mkdir -p "$root/usr/bin"
 cp "$(command -v install)" "$(command -v mv)" "$root/usr/bin/"
+# ExecReload= of the proxy's unit.
+mkdir -p "$root/bin"
+cp /bin/kill "$root/bin/"
 
 for unit in "${units[@]}"; do
   echo "systemd-analyze verify $unit"

@@ -298,6 +298,13 @@ pub struct ProxyFlags {
     )]
     pub admin_listen_address: SocketAddr,
 
+    /// Also serve /healthz, /readyz and /metrics on this unix socket, which only this process
+    /// answers: beside another proxy on the same --admin-listen-address (a surge rollout, where
+    /// both share the port), `kubelet-auth-proxy admin-probe` reaches this one through it. Put it
+    /// in a directory of the pod's own (an emptyDir).
+    #[arg(long, value_name = "PATH", help_heading = "Operations")]
+    pub admin_socket: Option<PathBuf>,
+
     /// Log line format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text, help_heading = "Operations")]
     pub log_format: LogFormat,

@@ -144,6 +144,8 @@ pub struct Settings {
     pub listen_retry_timeout: Duration,
     /// Where /healthz, /readyz and /metrics are served.
     pub admin_listen_address: SocketAddr,
+    /// Where this process alone serves the same (`--admin-socket`).
+    pub admin_socket: Option<PathBuf>,
     /// Serving TLS, client certificates requested when x509 authentication is on; rebuilt when
     /// the certificate, key or client CA files change.
     pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
@@ -355,6 +357,7 @@ impl Settings {
                 ),
                 listen_retry_timeout: flags.listen_retry_timeout,
                 admin_listen_address: flags.admin_listen_address,
+                admin_socket: flags.admin_socket.clone(),
                 server_tls,
                 client_ca,
                 token_review,

@@ -40,6 +40,7 @@ mod self_contained;
 mod shutdown;
 mod tls_front;
 mod upgrades;
+mod upgrading;
 mod upstream_bounds;
 mod upstream_causes;
 mod walkthrough;

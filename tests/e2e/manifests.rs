@@ -363,6 +363,7 @@ impl StandInFiles {
             "upstream-client-cert-file" => write(&self.client.0),
             "upstream-client-key-file" => write(&self.client.1),
             "kubeconfig" => write(&self.kubeconfig()),
+            "admin-socket" => self.dir.path().join("admin.sock").display().to_string(),
             "audit-log-path" if value != "-" => {
                 self.dir.path().join("audit.log").display().to_string()
             }
@@ -547,6 +548,28 @@ fn the_systemd_environment_file_is_a_command_line_the_proxy_starts_with() {
             panic!("{path}: the kubelet's root-only files come from {credentials}")
         });
         assert!(loaded.contains(&name), "{name}: no LoadCredential= for it");
+    }
+
+    // `systemctl reload` upgrades in place (SIGUSR2), and the optional socket unit passes the
+    // kubelet API port under the name and options the proxy's own listeners have.
+    assert_eq!(
+        unit_setting(&unit, "ExecReload"),
+        "/bin/kill -USR2 $MAINPID"
+    );
+    let socket = unit_settings(&read(&file("systemd/kubelet-auth-proxy.socket")));
+    assert_eq!(
+        unit_setting(&socket, "FileDescriptorName"),
+        kubelet_auth_proxy::listen_fds::Role::KubeletApi.name()
+    );
+    assert_eq!(unit_setting(&socket, "ReusePort"), "yes");
+    assert_eq!(unit_setting(&socket, "BindIPv6Only"), "ipv6-only");
+    assert_eq!(
+        unit_setting(&socket, "Service"),
+        "kubelet-auth-proxy.service"
+    );
+    let listen: std::net::SocketAddr = unit_setting(&socket, "ListenStream").parse().unwrap();
+    for address in &flags.listen_address {
+        assert_eq!(listen.port(), address.port());
     }
 
     // systemd must wait longer than the proxy's own drain before it kills.
@@ -739,26 +762,58 @@ fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
     assert_eq!(drop, &["ALL"]);
     assert!(container.resources.as_ref().unwrap().requests.is_some());
 
-    // The probes reach the admin listener, where the kubelet probes from: the host's loopback.
-    let admin = flags.admin_listen_address;
-    assert!(admin.ip().is_loopback());
+    // The admin listener stays on the host's loopback; the probes ask this pod's own process
+    // through --admin-socket (in a volume of the pod's own), never the port both pods of a surge
+    // rollout share.
+    assert!(flags.admin_listen_address.ip().is_loopback());
+    let socket = flags.admin_socket.as_ref().expect("--admin-socket is set");
+    let socket_dir = socket.parent().unwrap().to_str().unwrap();
+    assert!(
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|mount| mount.mount_path == socket_dir),
+        "{socket_dir} is not a volume of the pod's own"
+    );
     for (probe, path) in [
         (&container.startup_probe, "/healthz"),
         (&container.liveness_probe, "/healthz"),
         (&container.readiness_probe, "/readyz"),
     ] {
-        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
-        assert_eq!(get.path.as_deref(), Some(path));
-        assert_eq!(get.host.as_deref(), Some("127.0.0.1"));
+        let command = probe
+            .as_ref()
+            .unwrap()
+            .exec
+            .as_ref()
+            .unwrap()
+            .command
+            .clone()
+            .unwrap();
         assert_eq!(
-            get.port,
-            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(admin.port().into())
+            command,
+            [
+                "/kubelet-auth-proxy".to_owned(),
+                "admin-probe".to_owned(),
+                format!("--admin-socket={}", socket.display()),
+                path.to_owned(),
+            ]
         );
     }
-    let port = &container.ports.as_ref().unwrap()[0];
-    for address in &flags.listen_address {
-        assert_eq!(port.container_port, i32::from(address.port()));
-    }
+    // A surge rollout: the new pod is ready beside the old one before the old one goes. Declared
+    // ports would be host ports on the host network, which the scheduler refuses to double.
+    let rolling = daemonset
+        .spec
+        .update_strategy
+        .as_ref()
+        .unwrap()
+        .rolling_update
+        .as_ref()
+        .unwrap();
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)));
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
+    assert!(container.ports.as_ref().is_none_or(Vec::is_empty));
 
     // The pod gets its drain before being killed.
     let grace = pod.termination_grace_period_seconds.unwrap();

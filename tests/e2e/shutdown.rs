@@ -181,6 +181,38 @@ async fn streams_work_through_the_grace_period_and_are_closed_at_its_end() {
 }
 
 #[tokio::test]
+async fn streams_cut_at_the_end_of_the_grace_period_end_in_an_error_not_a_clean_end() {
+    let h = ProxySpec::new(&[
+        "--authorization-mode=AlwaysAllow",
+        "--shutdown-grace-period=1s",
+    ])
+    .start()
+    .await;
+    let addr = h.addr();
+    let mut session =
+        ExecSession::open(&client(&h.ca, addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
+    session.echo(b"before shutdown").await;
+    let mut logs = Vec::new();
+    for (name, alpn) in [("h1-follower", HTTP1_ONLY), ("h2-follower", H2_AND_HTTP1)] {
+        let mut log = FollowedLog::open(&client(&h.ca, addr, name, alpn)).await;
+        log.lines(1).await;
+        logs.push((name, log));
+    }
+    // The stand-in kubelet stays up: only the proxy ends the streams, at the grace period's end.
+    let _kubelet = h.shutdown_proxy_only().await;
+    for (name, mut log) in logs {
+        assert!(
+            log.cut().await,
+            "{name}: the cut log ended like a finished one"
+        );
+    }
+    assert!(
+        session.cut().await,
+        "the cut exec session ended like a closed one"
+    );
+}
+
+#[tokio::test]
 async fn sigterm_drains_the_binary_which_exits_0() {
     let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
         .await

@@ -307,6 +307,15 @@ impl Connection {
         &self.peer_certificate
     }
 
+    /// Whether a request can go out on this connection now: false once the server closed it
+    /// (or, in HTTP/2, said `GOAWAY`), when a client opens another.
+    pub async fn ready(&mut self) -> bool {
+        match &mut self.sender {
+            Sender::H1(sender) => sender.ready().await.is_ok(),
+            Sender::H2(sender) => sender.ready().await.is_ok(),
+        }
+    }
+
     /// The HTTP version ALPN chose.
     pub fn version(&self) -> Version {
         match self.sender {

@@ -4,7 +4,7 @@
 
 use std::ffi::OsStr;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
@@ -44,7 +44,7 @@ pub async fn run_with_env(
     args: &[String],
     env: &[(&str, &OsStr)],
 ) -> Finished {
-    let mut process = Spawned::spawn(dir, name, args, env);
+    let mut process = Spawned::spawn(BINARY.as_ref(), dir, name, args, env);
     let status = process.wait_within(STEP_TIMEOUT).await;
     Finished {
         status,
@@ -55,7 +55,7 @@ pub async fn run_with_env(
 
 /// [`run`] with a longer bound, for commands that legitimately take longer (the demo).
 pub async fn run_within(dir: &TempDir, name: &str, args: &[String], limit: Duration) -> Finished {
-    let mut process = Spawned::spawn(dir, name, args, &[]);
+    let mut process = Spawned::spawn(BINARY.as_ref(), dir, name, args, &[]);
     let status = process.wait_within(limit).await;
     Finished {
         status,
@@ -73,10 +73,16 @@ struct Spawned {
 }
 
 impl Spawned {
-    fn spawn(dir: &TempDir, name: &str, args: &[String], env: &[(&str, &OsStr)]) -> Spawned {
+    fn spawn(
+        binary: &Path,
+        dir: &TempDir,
+        name: &str,
+        args: &[String],
+        env: &[(&str, &OsStr)],
+    ) -> Spawned {
         let stdout = dir.path().join(format!("{name}.stdout"));
         let stderr = dir.path().join(format!("{name}.stderr"));
-        let mut command = Command::new(BINARY);
+        let mut command = Command::new(binary);
         command
             .args(args)
             .env_remove("RUST_LOG")
@@ -156,6 +162,20 @@ impl ProxyProcess {
         ProxyProcess::start_logging(dir, name, args, env, "json").await
     }
 
+    /// [`ProxyProcess::start`] of the executable at `binary` (a link to the binary under test,
+    /// which a scenario can point elsewhere to stand for an upgraded file).
+    pub async fn start_from(
+        binary: &Path,
+        dir: &TempDir,
+        name: &str,
+        args: &[String],
+    ) -> ProxyProcess {
+        let mut args = args.to_vec();
+        args.push("--log-format=json".to_owned());
+        let spawned = Spawned::spawn(binary, dir, name, &args, &[]);
+        ProxyProcess::serving(spawned, name, "json").await
+    }
+
     /// [`ProxyProcess::start`] with `--log-format=<format>` (`json` or `text`): the addresses
     /// are read from the start-up line in either format.
     pub async fn start_logging(
@@ -167,7 +187,12 @@ impl ProxyProcess {
     ) -> ProxyProcess {
         let mut args = args.to_vec();
         args.push(format!("--log-format={format}"));
-        let mut spawned = Spawned::spawn(dir, name, &args, env);
+        let spawned = Spawned::spawn(BINARY.as_ref(), dir, name, &args, env);
+        ProxyProcess::serving(spawned, name, format).await
+    }
+
+    /// Waits until `spawned` logs that it serves.
+    async fn serving(mut spawned: Spawned, name: &str, format: &str) -> ProxyProcess {
         let deadline = Instant::now() + STEP_TIMEOUT;
         let (addr, admin_addr) = loop {
             let log = spawned.stderr();
@@ -213,12 +238,17 @@ impl ProxyProcess {
 
     /// Sends SIGTERM, as systemd and the kubelet do to stop a service or a container.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends the signal named `name` (`TERM`, `USR2`).
+    pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .arg("-TERM")
+            .arg(format!("-{name}"))
             .arg(self.spawned.child.id().to_string())
             .status()
             .unwrap();
-        assert!(status.success(), "kill -TERM failed: {status}");
+        assert!(status.success(), "kill -{name} failed: {status}");
     }
 
     /// Waits (bounded) for the process to exit.

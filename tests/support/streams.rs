@@ -74,6 +74,15 @@ impl ExecSession {
         assert!(rest.is_empty(), "nothing was left to echo: {rest:?}");
     }
 
+    /// Waits (bounded) until the other side ends the session, and says whether it was cut (a
+    /// read error: the connection dropped without a TLS close) rather than closed cleanly.
+    pub async fn cut(&mut self) -> bool {
+        let mut rest = Vec::new();
+        within("the session to end", self.io.read_to_end(&mut rest))
+            .await
+            .is_err()
+    }
+
     /// Ends the session from the caller's side and waits for the kubelet's side to end too.
     pub async fn close(mut self) {
         within("closing the session", self.io.shutdown())
@@ -121,6 +130,22 @@ impl FollowedLog {
             }
         }
         lines
+    }
+
+    /// Waits (bounded) until the proxy ends the stream, and says whether it was cut (an error:
+    /// an HTTP/1.1 chunked body without its last chunk, an HTTP/2 stream reset or connection
+    /// lost) rather than ended the way a finished log ends.
+    pub async fn cut(&mut self) -> bool {
+        within("the end of the log stream", async {
+            loop {
+                match self.body.frame().await {
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) => return true,
+                    None => return false,
+                }
+            }
+        })
+        .await
     }
 
     /// Waits (bounded) until the proxy ends the stream, cleanly or not.
