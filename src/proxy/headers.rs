@@ -206,6 +206,8 @@ fn strip_hop_by_hop(headers: &mut HeaderMap, keep_upgrade: bool) {
     // Allocates only when the header is present (HTTP/1.x; HTTP/2 forbids it).
     if headers.contains_key(CONNECTION) {
         let named: Vec<HeaderName> = wire::list_elements(headers, &CONNECTION)
+            // `keep-alive`, the usual option, names a header removed below anyway.
+            .filter(|t| !t.eq_ignore_ascii_case(b"keep-alive"))
             .filter_map(|t| HeaderName::from_bytes(t).ok())
             .filter(|n| !(keep_upgrade && n == UPGRADE))
             .collect();

@@ -244,7 +244,17 @@ fn request_hygiene_table() {
 
 #[test]
 fn response_hygiene_table() {
-    let cases: [(&str, bool, Pairs, Pairs); 3] = [
+    let cases: [(&str, bool, Pairs, Pairs); 4] = [
+        (
+            "Connection: keep-alive and Keep-Alive, as nginx and older servers send them, go",
+            false,
+            &[
+                ("connection", "Keep-Alive"),
+                ("keep-alive", "timeout=5"),
+                ("content-length", "3"),
+            ],
+            &[("content-length", "3")],
+        ),
         (
             "ordinary response loses hop-by-hop headers, even Upgrade",
             false,
