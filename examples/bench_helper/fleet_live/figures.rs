@@ -108,10 +108,7 @@ mod tests {
         // The third arrives as the second is answered: two at most.
         assert_eq!(max_in_flight(&spans), 2);
         assert_eq!(max_in_flight(&[]), 0);
-        assert_eq!(
-            per_window(&spans, Duration::from_secs(1), 3),
-            vec![3, 1, 0]
-        );
+        assert_eq!(per_window(&spans, Duration::from_secs(1), 3), vec![3, 1, 0]);
         assert_eq!(peak_and_mean(&[3, 1, 0, 0]), (3, 1.0));
         assert_eq!(peak_and_mean(&[]), (0, 0.0));
     }

@@ -82,7 +82,11 @@ pub struct Proxy {
 impl Proxy {
     /// Starts the proxy as `name` (its log files are `<name>.stdout` / `<name>.stderr` in `dir`)
     /// and waits until it logs the address it serves on.
-    pub async fn start(launch: &ProxyLaunch<'_>, dir: &WorkDir, name: &str) -> anyhow::Result<Proxy> {
+    pub async fn start(
+        launch: &ProxyLaunch<'_>,
+        dir: &WorkDir,
+        name: &str,
+    ) -> anyhow::Result<Proxy> {
         let stdout = dir.path().join(format!("{name}.stdout"));
         let stderr = dir.path().join(format!("{name}.stderr"));
         let file = |path: &Path| {

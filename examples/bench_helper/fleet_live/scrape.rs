@@ -168,7 +168,11 @@ async fn run(dialer: &Dialer, scraper: Scraper) -> Vec<Sample> {
 }
 
 /// Sends `GET path` with the bearer token and reads the whole answer; its status.
-async fn get(sender: &mut SendRequest<Empty<Bytes>>, path: &str, token: &str) -> anyhow::Result<u16> {
+async fn get(
+    sender: &mut SendRequest<Empty<Bytes>>,
+    path: &str,
+    token: &str,
+) -> anyhow::Result<u16> {
     let exchange = async {
         sender.ready().await?;
         let request = Request::get(path)

@@ -84,9 +84,7 @@ pub async fn steady(stage: &Stage) -> anyhow::Result<Outcome> {
             until: origin + RUN,
         })
         .collect();
-    let samples: Vec<Sample> = scrape::run_all(stage.dialer(), scrapers)
-        .await
-        .concat();
+    let samples: Vec<Sample> = scrape::run_all(stage.dialer(), scrapers).await.concat();
     let reviews = figures::within(&spans(&api, origin), Duration::ZERO, RUN).len();
     // The keys, read from what was reviewed: distinct tokens, distinct access specs.
     let tokens: BTreeSet<String> = api
@@ -257,12 +255,12 @@ pub async fn started_together(stage: &Stage) -> anyhow::Result<Outcome> {
             until: origin + run,
         })
         .collect();
-    let samples: Vec<Sample> = scrape::run_all(stage.dialer(), scrapers)
-        .await
-        .concat();
+    let samples: Vec<Sample> = scrape::run_all(stage.dialer(), scrapers).await.concat();
     let seconds = usize::try_from(run.as_secs()).unwrap_or(usize::MAX);
     let per_second = figures::per_window(&spans(&api, origin), SCRAPE, seconds);
-    let from = usize::try_from(settle.as_secs()).unwrap_or(seconds).min(seconds);
+    let from = usize::try_from(settle.as_secs())
+        .unwrap_or(seconds)
+        .min(seconds);
     let (peak, mean) = figures::peak_and_mean(&per_second[from..]);
     let (first_peak, _) = figures::peak_and_mean(&per_second[..from]);
     let ratio = if mean > 0.0 { peak as f64 / mean } else { 0.0 };
@@ -304,7 +302,11 @@ pub async fn hot_key(stage: &Stage) -> anyhow::Result<Outcome> {
     let now = Instant::now();
     let warm = scrape::run_all(
         stage.dialer(),
-        vec![scraper(now, Pace::Every(RUN), now + Duration::from_millis(1))],
+        vec![scraper(
+            now,
+            Pace::Every(RUN),
+            now + Duration::from_millis(1),
+        )],
     )
     .await
     .concat();
@@ -323,9 +325,7 @@ pub async fn hot_key(stage: &Stage) -> anyhow::Result<Outcome> {
             )
         })
         .collect();
-    let samples: Vec<Sample> = scrape::run_all(stage.dialer(), scrapers)
-        .await
-        .concat();
+    let samples: Vec<Sample> = scrape::run_all(stage.dialer(), scrapers).await.concat();
     let mut latencies: Vec<Duration> = samples.iter().map(|s| s.latency).collect();
     latencies.sort_unstable();
     let (p50, p99, max) = (
@@ -334,11 +334,28 @@ pub async fn hot_key(stage: &Stage) -> anyhow::Result<Outcome> {
         figures::percentile(&latencies, 1.0).unwrap_or_default(),
     );
     let reviews = figures::within(&spans(&api, origin), Duration::ZERO, RUN).len();
+    // A request that waited for a review took at least half of one; anything shorter is the
+    // machine's own noise.
+    let waited: Vec<String> = samples
+        .iter()
+        .filter(|s| s.latency >= SLOW_REVIEW / 2)
+        .map(|s| {
+            format!(
+                "{} at {:.2} s",
+                figures::ms(s.latency),
+                s.sent.saturating_duration_since(origin).as_secs_f64()
+            )
+        })
+        .collect();
+    let waited_note = match waited.len() {
+        0 => "none waited ≥ 100 ms".to_owned(),
+        n => format!("{n} waited ≥ 100 ms ({})", waited.join(", ")),
+    };
     Ok(Outcome {
         number: 5,
         situation: "one key asked 20×/s, reviews taking 200 ms, 30 s",
         measured: format!(
-            "{} requests: p50 {}, p99 {}, max {}; {reviews} reviews{}",
+            "{} requests: p50 {}, p99 {}, max {}; {waited_note}; {reviews} reviews{}",
             samples.len(),
             figures::ms(p50),
             figures::ms(p99),
