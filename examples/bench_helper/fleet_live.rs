@@ -187,9 +187,27 @@ fn default_binary() -> anyhow::Result<PathBuf> {
     Ok(profile_dir.join("kubelet-auth-proxy"))
 }
 
-/// Runs the situations asked for and prints the table.
+/// Runs the situations asked for and prints the table. A situation that cannot be run (a proxy
+/// that does not start, say) gets a row saying why, the others still run, and the command fails
+/// at the end. SIGINT or SIGTERM stops the run: what it started is dropped, so every proxy
+/// process is killed.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let stage = Stage::new(&args).await?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("listening for SIGINT")?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("listening for SIGTERM")?;
+    tokio::select! {
+        result = run_situations(&args) => result,
+        _ = interrupt.recv() => anyhow::bail!("interrupted (SIGINT); every proxy was stopped"),
+        _ = terminate.recv() => anyhow::bail!("terminated (SIGTERM); every proxy was stopped"),
+    }
+}
+
+async fn run_situations(args: &Args) -> anyhow::Result<()> {
+    if let Some(other) = args.situations.iter().find(|n| !(1..=5).contains(*n)) {
+        anyhow::bail!("no situation {other}: the situations are 1 to 5");
+    }
+    let stage = Stage::new(args).await?;
     eprintln!(
         "fleet-live: proxy {}; token TTL {:?}, authorized TTL {:?}",
         stage.binary.display(),
@@ -197,22 +215,46 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         stage.authorized_ttl
     );
     let mut outcomes = Vec::new();
-    for number in &args.situations {
+    let mut failed = Vec::new();
+    for &number in &args.situations {
         eprintln!("fleet-live: situation {number}");
-        let outcome = match number {
+        let result = match number {
             1 => situations::steady(&stage).await,
             2 => situations::retry_after(&stage).await,
             3 => situations::one_new_token(&stage).await,
             4 => situations::started_together(&stage).await,
-            5 => situations::hot_key(&stage).await,
-            other => anyhow::bail!("no situation {other}: the situations are 1 to 5"),
-        }
-        .with_context(|| format!("situation {number}"))?;
+            _ => situations::hot_key(&stage).await,
+        };
+        let outcome = result.unwrap_or_else(|e| {
+            eprintln!("fleet-live: situation {number} could not be run: {e:#}");
+            failed.push(number);
+            Outcome::not_run(number, &e)
+        });
         eprintln!("fleet-live: {}", outcome.measured);
         outcomes.push(outcome);
     }
     println!("{}", table(&outcomes));
+    anyhow::ensure!(
+        failed.is_empty(),
+        "situations {failed:?} could not be run (see their rows)"
+    );
     Ok(())
+}
+
+impl Outcome {
+    /// The row of a situation that could not be run.
+    fn not_run(number: u8, error: &anyhow::Error) -> Outcome {
+        Outcome {
+            number,
+            situation: "(could not be run)",
+            measured: format!("error: {error:#}")
+                .replace('|', "/")
+                .replace('\n', " "),
+            before: "",
+            target: String::new(),
+            met: false,
+        }
+    }
 }
 
 /// The Markdown table of the outcomes.

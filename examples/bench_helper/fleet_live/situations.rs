@@ -43,6 +43,14 @@ fn spans(api: &ApiServer, origin: Instant) -> Vec<Span> {
         .collect()
 }
 
+/// The address of the one proxy of a situation.
+fn only(proxies: &[super::node::Proxy]) -> anyhow::Result<std::net::SocketAddr> {
+    match proxies {
+        [proxy] => Ok(proxy.addr()),
+        _ => anyhow::bail!("expected one proxy, started {}", proxies.len()),
+    }
+}
+
 /// How many requests were not answered 200, and the first reason.
 fn failures(samples: &[Sample]) -> (usize, Option<String>) {
     let failed: Vec<&Sample> = samples.iter().filter(|s| !s.ok()).collect();
@@ -70,7 +78,7 @@ pub async fn steady(stage: &Stage) -> anyhow::Result<Outcome> {
     const RUN: Duration = Duration::from_secs(30);
     let api = stage.api_server(REVIEW_DELAY).await;
     let proxies = stage.proxies(&api, "steady", 1).await?;
-    let addr = proxies[0].addr();
+    let addr = only(&proxies)?;
     let origin = Instant::now() + LEAD;
     let scrapers = METRICS_PATHS
         .iter()
@@ -176,7 +184,7 @@ fn describe(t: &Throttled) -> String {
 pub async fn retry_after(stage: &Stage) -> anyhow::Result<Outcome> {
     let api = stage.api_server(REVIEW_DELAY).await;
     let proxies = stage.proxies(&api, "retry-after", 1).await?;
-    let addr = proxies[0].addr();
+    let addr = only(&proxies)?;
     let origin = Instant::now() + LEAD;
     let interval = Duration::from_millis(250);
     let scrapers = (0..4u32)
@@ -210,7 +218,7 @@ pub async fn retry_after(stage: &Stage) -> anyhow::Result<Outcome> {
 pub async fn one_new_token(stage: &Stage) -> anyhow::Result<Outcome> {
     let api = stage.api_server(REVIEW_DELAY).await;
     let proxies = stage.proxies(&api, "one-token", 1).await?;
-    let addr = proxies[0].addr();
+    let addr = only(&proxies)?;
     let origin = Instant::now() + LEAD;
     let scrapers = (0..50)
         .map(|_| Scraper {
@@ -289,7 +297,7 @@ pub async fn hot_key(stage: &Stage) -> anyhow::Result<Outcome> {
     const SLOW_REVIEW: Duration = Duration::from_millis(200);
     let api = stage.api_server(SLOW_REVIEW).await;
     let proxies = stage.proxies(&api, "hot-key", 1).await?;
-    let addr = proxies[0].addr();
+    let addr = only(&proxies)?;
     let scraper = |first: Instant, pace, until| Scraper {
         addr,
         path: "/metrics".to_owned(),
