@@ -17,8 +17,9 @@ const REVIEW_DELAY: Duration = Duration::from_millis(5);
 const LEAD: Duration = Duration::from_millis(500);
 /// The scrape interval of every scraper.
 const SCRAPE: Duration = Duration::from_secs(1);
-/// The 429 period of situations 2 and 3, and the `Retry-After` it carries.
+/// The 429 period of situations 2 and 3.
 const THROTTLED: Duration = Duration::from_secs(6);
+/// The `Retry-After` of its 429s, in seconds.
 const RETRY_AFTER_SECONDS: u32 = 2;
 /// Arrivals closer than this count as "at the same instant".
 const SAME_INSTANT: Duration = Duration::from_millis(10);
