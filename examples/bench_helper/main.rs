@@ -1,12 +1,14 @@
 //! The Rust half of `bench/run`: what the shell script cannot do itself. It makes the throwaway
 //! certificates, runs the stand-in API server, holds idle TLS connections, fires cold bursts, and
-//! turns the raw measurements into `docs/BENCHMARKS.md` and the results JSON.
+//! turns the raw measurements into `docs/BENCHMARKS.md` and the results JSON. `fleet-live`, run
+//! by `bench/fleet-live`, reruns issue 19's fleet situations with real proxy processes.
 
 #[allow(dead_code)] // Shared with the end-to-end tests; the harness uses only part of it.
 #[path = "../../tests/support/mod.rs"]
 mod support;
 
 mod client;
+mod fleet_live;
 mod pki;
 mod report;
 mod standin;
@@ -43,6 +45,9 @@ enum Command {
     /// Open HTTP/2 streams whose answers are never read (a zero window); print their statuses,
     /// the proxy's descriptors, and whether another client is served meanwhile.
     Stalled(client::StalledArgs),
+    /// Rerun issue 19's five situations with real proxy processes against the stand-in API
+    /// server, and print a Markdown table of the figures against their targets.
+    FleetLive(fleet_live::Args),
     /// Turn the raw measurements of a run into the results JSON and docs/BENCHMARKS.md.
     Report(report::Args),
 }
@@ -65,6 +70,7 @@ fn main() -> anyhow::Result<()> {
                     Command::Burst(args) => client::burst(args).await,
                     Command::Silent(args) => client::silent(args).await,
                     Command::Stalled(args) => client::stalled(args).await,
+                    Command::FleetLive(args) => fleet_live::run(args).await,
                     Command::Pki { .. } | Command::Report(_) => Ok(()),
                 }
             })

@@ -346,6 +346,8 @@ pub struct Call {
     pub status: u16,
     /// When it arrived.
     pub arrived: std::time::Instant,
+    /// When its answer was ready (the in-flight interval of the call ends here).
+    pub answered: std::time::Instant,
 }
 
 /// A fault waiting to be served.
@@ -824,6 +826,7 @@ async fn handle(
         serial,
         status: response.status().as_u16(),
         arrived,
+        answered: std::time::Instant::now(),
     });
     response
 }
