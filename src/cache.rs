@@ -15,14 +15,16 @@
 
 pub mod policy;
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::future::Cache;
 use ring::{digest, hmac};
+use tokio::sync::watch;
 
 use crate::metrics::{CacheResult, Metrics, RefreshResult, ReviewKind};
 use policy::Fill;
@@ -158,6 +160,10 @@ pub struct ReviewCache<V> {
     /// as many as there may be entries: a key found here is refilled as a renewal.
     known: Cache<CacheKey, Duration>,
     ttl: TtlOf<V>,
+    /// Refreshes ahead still running, by key: a miss on a key whose entry expired before its
+    /// refresh answered waits for that refresh instead of making a second review. Touched only
+    /// on misses and by refreshes, never on a hit; at most one per entry.
+    refreshes: Arc<Mutex<HashMap<CacheKey, watch::Receiver<()>>>>,
     kind: ReviewKind,
     metrics: Arc<Metrics>,
 }
@@ -182,6 +188,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
                 .expire_after(RememberedFor)
                 .build(),
             ttl: Arc::new(ttl),
+            refreshes: Arc::default(),
             kind,
             metrics,
         }
@@ -212,28 +219,45 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
         // future of kilobytes, and held inline it would make every request's future, hits
         // included, that much larger to create and move (under callgrind, the copy of the
         // request's future into its box was the largest single cost per request).
-        let entry = Box::pin(async move {
+        let (value, result) = Box::pin(async move {
+            if let Some(value) = self.join_refresh(&key).await {
+                return Ok::<_, Arc<E>>((value, CacheResult::Coalesced));
+            }
             let fill = if self.known.contains_key(&key) {
                 Fill::Renewal
             } else {
                 Fill::New
             };
             let review = review();
-            self.entries
+            let entry = self
+                .entries
                 .entry(key)
                 .or_try_insert_with(async move { Ok(self.stored(key, review.await?, fill).await) })
-                .await
-        })
-        .await?;
-        self.metrics.observe_cache(
-            self.kind,
-            if entry.is_fresh() {
+                .await?;
+            let result = if entry.is_fresh() {
                 CacheResult::Miss
             } else {
                 CacheResult::Coalesced
-            },
-        );
-        Ok(entry.into_value().value)
+            };
+            Ok((entry.into_value().value, result))
+        })
+        .await?;
+        self.metrics.observe_cache(self.kind, result);
+        Ok(value)
+    }
+
+    /// Waits for the refresh ahead of `key` if one is running, and returns the entry it left;
+    /// `None` when there was none, or it failed (the caller then reviews, under the hold-off).
+    async fn join_refresh(&self, key: &CacheKey) -> Option<V> {
+        let running = self
+            .refreshes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned();
+        // The refresh drops its sender when it ends, however it ends.
+        let _ = running?.changed().await;
+        self.entries.get(key).await.map(|stored| stored.value)
     }
 
     /// Revalidates `key` in the background with `review`.
@@ -243,6 +267,12 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
         E: Send + Sync + 'static,
     {
         let cache = self.handle();
+        let (running, joined) = watch::channel(());
+        cache
+            .refreshes
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, joined);
         tokio::spawn(async move {
             let result = match review.await {
                 Ok(value) => {
@@ -252,6 +282,13 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
                 }
                 Err(_) => RefreshResult::Failed,
             };
+            cache
+                .refreshes
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key);
+            // Wakes the misses that joined this refresh: the entry is in place (or not).
+            drop(running);
             cache.metrics.refreshed_ahead(cache.kind, result);
         });
     }
@@ -278,6 +315,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
             entries: self.entries.clone(),
             known: self.known.clone(),
             ttl: Arc::clone(&self.ttl),
+            refreshes: Arc::clone(&self.refreshes),
             kind: self.kind,
             metrics: Arc::clone(&self.metrics),
         }

@@ -147,3 +147,47 @@ async fn ttl_is_chosen_per_answer() {
         "a zero TTL keeps nothing"
     );
 }
+
+/// A refresh ahead still running when its entry expires is joined by the next miss: the miss
+/// gets the refresh's answer, and the API server is not asked a second time beside it.
+#[tokio::test]
+async fn a_miss_after_expiry_joins_the_refresh_ahead_still_running() {
+    const TTL: Duration = Duration::from_secs(2);
+    let cache = Arc::new(ReviewCache::new(
+        ReviewKind::TokenReview,
+        100,
+        |_| TTL,
+        Arc::new(Metrics::new()),
+    ));
+    let reviews = Arc::new(AtomicUsize::new(0));
+    let (release, gate) = tokio::sync::watch::channel(false);
+    // A review answering `answer`; all but the first are held until the gate opens.
+    let review = |answer: u32| {
+        let (reviews, mut gate) = (Arc::clone(&reviews), gate.clone());
+        move || async move {
+            reviews.fetch_add(1, Ordering::SeqCst);
+            if answer > 1 {
+                let _ = gate.wait_for(|open| *open).await;
+            }
+            Ok::<_, ()>(answer)
+        }
+    };
+    assert_eq!(cache.get_or_review(key("k"), review(1)).await, Ok(1));
+    // Hits until one falls in the last tenth of the entry's lifetime (at least 50 ms long) and
+    // starts the refresh, which the gate holds.
+    while reviews.load(Ordering::SeqCst) < 2 {
+        let hit = tokio::time::timeout(TTL, cache.get_or_review(key("k"), review(2))).await;
+        assert_eq!(hit, Ok(Ok(1)), "a hit, until the refresh starts");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // The entry expires (its lifetime is at most the TTL) while the refresh is held.
+    tokio::time::sleep(TTL + Duration::from_millis(100)).await;
+    let miss = tokio::spawn({
+        let (cache, review) = (Arc::clone(&cache), review(3));
+        async move { cache.get_or_review(key("k"), review).await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    release.send(true).unwrap();
+    assert_eq!(miss.await.unwrap(), Ok(2), "the refresh's answer");
+    assert_eq!(reviews.load(Ordering::SeqCst), 2, "no second review");
+}
