@@ -52,7 +52,8 @@ pub struct Deadlines {
 /// The account of one connection's requests in flight, shared by its request handlers.
 ///
 /// Plain atomics, and nobody is woken when it changes: a request's start and end are two
-/// counter updates. The connection's deadline can only move later while it is served (a request
+/// counter updates (and a flag read: only a draining connection's last call asks to be woken by
+/// the next request's start). The connection's deadline can only move later while it is served (a request
 /// starts, or ends later than the last one), so [`drive`] arms its timer at the deadline it last
 /// computed and, when that fires, reads the account again and re-arms if the deadline moved.
 /// (Waking the connection's task at each change cost two extra polls of the connection and a
