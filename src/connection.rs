@@ -333,6 +333,17 @@ mod tests {
         conn.closed.store(true, Ordering::SeqCst);
     }
 
+    /// Drives `conn` in a task of its own, on clones of `activity` and `shutdown`.
+    fn spawn_drive(
+        conn: Stalled,
+        activity: &Activity,
+        deadlines: Deadlines,
+        shutdown: &Shutdown,
+    ) -> tokio::task::JoinHandle<Ended<()>> {
+        let (activity, shutdown) = (activity.clone(), shutdown.clone());
+        tokio::spawn(async move { drive(conn, close, &activity, deadlines, &shutdown).await })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn no_first_request_is_dropped_after_the_first_request_deadline_and_grace() {
         let activity = Activity::new();
@@ -351,12 +362,7 @@ mod tests {
     async fn a_request_in_flight_is_never_cut_and_idleness_counts_from_its_end() {
         let activity = Activity::new();
         let request = activity.begin();
-        let ends = {
-            let activity = activity.clone();
-            tokio::spawn(async move {
-                drive(stalled().0, close, &activity, DEADLINES, &Shutdown::new()).await
-            })
-        };
+        let ends = spawn_drive(stalled().0, &activity, DEADLINES, &Shutdown::new());
         // Far past both deadlines, the request is still in flight: the connection stays.
         tokio::time::sleep(DEADLINES.idle * 10).await;
         assert!(!ends.is_finished());
@@ -373,12 +379,7 @@ mod tests {
             idle: Duration::from_secs(2),
         };
         let activity = Activity::new();
-        let ends = {
-            let activity = activity.clone();
-            tokio::spawn(async move {
-                drive(stalled().0, close, &activity, deadlines, &Shutdown::new()).await
-            })
-        };
+        let ends = spawn_drive(stalled().0, &activity, deadlines, &Shutdown::new());
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(activity.begin());
         let finished = Instant::now();
@@ -389,12 +390,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn requests_one_after_another_keep_the_connection_open() {
         let activity = Activity::new();
-        let ends = {
-            let activity = activity.clone();
-            tokio::spawn(async move {
-                drive(stalled().0, close, &activity, DEADLINES, &Shutdown::new()).await
-            })
-        };
+        let ends = spawn_drive(stalled().0, &activity, DEADLINES, &Shutdown::new());
         // A request every half idle timeout, for ten idle timeouts: never idle long enough.
         for _ in 0..20 {
             let request = activity.begin();
@@ -413,10 +409,7 @@ mod tests {
         let activity = Activity::new();
         let shutdown = Shutdown::new();
         let (conn, closed) = stalled();
-        let ends = {
-            let (activity, shutdown) = (activity.clone(), shutdown.clone());
-            tokio::spawn(async move { drive(conn, close, &activity, DEADLINES, &shutdown).await })
-        };
+        let ends = spawn_drive(conn, &activity, DEADLINES, &shutdown);
         shutdown.begin();
         tokio::time::sleep(LAST_CALL / 2).await;
         assert!(!closed.load(Ordering::SeqCst), "idle: kept for a last call");
@@ -440,10 +433,7 @@ mod tests {
             first_request: LAST_CALL * 4,
             idle: LAST_CALL * 4,
         };
-        let ends = {
-            let (activity, shutdown) = (activity.clone(), shutdown.clone());
-            tokio::spawn(async move { drive(conn, close, &activity, patient, &shutdown).await })
-        };
+        let ends = spawn_drive(conn, &activity, patient, &shutdown);
         let started = Instant::now();
         shutdown.begin();
         while !closed.load(Ordering::SeqCst) {
@@ -462,10 +452,7 @@ mod tests {
         let _request = activity.begin();
         let shutdown = Shutdown::new();
         let (conn, closed) = stalled();
-        let ends = {
-            let (activity, shutdown) = (activity.clone(), shutdown.clone());
-            tokio::spawn(async move { drive(conn, close, &activity, DEADLINES, &shutdown).await })
-        };
+        let ends = spawn_drive(conn, &activity, DEADLINES, &shutdown);
         shutdown.begin();
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert!(closed.load(Ordering::SeqCst));

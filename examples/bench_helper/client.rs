@@ -120,6 +120,30 @@ pub struct StalledArgs {
     hold_secs: u64,
 }
 
+/// A new HTTP/1.1 connection over TLS to `addr`, verified as `name`, opened within `timeout`
+/// (TCP, TLS and HTTP handshakes); its connection task runs until the sender is dropped.
+pub async fn open_http1(
+    tls: &TlsConnector,
+    addr: SocketAddr,
+    name: ServerName<'static>,
+    timeout: Duration,
+) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
+    let opening = async {
+        let tcp = TcpStream::connect(addr).await?;
+        tcp.set_nodelay(true)?;
+        let tls = tls.connect(name, tcp).await?;
+        let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        anyhow::Ok(sender)
+    };
+    tokio::time::timeout(timeout, opening)
+        .await
+        .with_context(|| format!("connecting to {addr} timed out"))?
+        .with_context(|| format!("connecting to {addr}"))
+}
+
 /// Opens client connections to one address.
 struct Connector {
     addr: SocketAddr,
@@ -150,19 +174,7 @@ impl Connector {
 
     /// A new HTTP/1.1 connection over TLS; its connection task runs until the sender is dropped.
     async fn open(&self) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
-        let opening = async {
-            let tcp = TcpStream::connect(self.addr).await?;
-            tcp.set_nodelay(true)?;
-            let tls = self.tls.connect(self.server_name.clone(), tcp).await?;
-            let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            anyhow::Ok(sender)
-        };
-        tokio::time::timeout(OPEN_TIMEOUT, opening)
-            .await
-            .context("opening a connection timed out")?
+        open_http1(&self.tls, self.addr, self.server_name.clone(), OPEN_TIMEOUT).await
     }
 
     /// A TLS connection on which nothing is sent.

@@ -13,11 +13,9 @@ use bytes::Bytes;
 use http::Request;
 use http::header::{AUTHORIZATION, HOST};
 use http_body_util::{BodyExt as _, Empty};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http1::SendRequest;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
-use tokio::net::TcpStream;
 use tokio::task::JoinSet;
 use tokio_rustls::TlsConnector;
 
@@ -45,23 +43,8 @@ impl Dialer {
     }
 
     async fn open(&self, addr: SocketAddr) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
-        let opening = async {
-            let tcp = TcpStream::connect(addr).await?;
-            tcp.set_nodelay(true)?;
-            let tls = self
-                .tls
-                .connect(ServerName::IpAddress(addr.ip().into()), tcp)
-                .await?;
-            let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;
-            tokio::spawn(async move {
-                let _ = conn.await;
-            });
-            anyhow::Ok(sender)
-        };
-        tokio::time::timeout(OPEN_TIMEOUT, opening)
-            .await
-            .with_context(|| format!("connecting to {addr} timed out"))?
-            .with_context(|| format!("connecting to {addr}"))
+        let name = ServerName::IpAddress(addr.ip().into());
+        crate::client::open_http1(&self.tls, addr, name, OPEN_TIMEOUT).await
     }
 }
 
