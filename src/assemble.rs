@@ -49,6 +49,8 @@ pub struct Services {
     pub idle_connection_timeout: Duration,
     /// Most connections served at once.
     pub max_connections: u32,
+    /// Threads serving client connections, each with its own kubelet connection pool.
+    pub serving_threads: usize,
     /// Time given to in-flight requests at shutdown.
     pub shutdown_grace_period: Duration,
     /// The metrics every part records into.
@@ -121,6 +123,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         header_read_timeout: settings.header_read_timeout,
         idle_connection_timeout: settings.idle_connection_timeout,
         max_connections: settings.max_connections,
+        serving_threads: settings.serving_threads,
         shutdown_grace_period: settings.shutdown_grace_period,
         metrics,
         reloads,

@@ -20,7 +20,8 @@ pub const RESERVED: u64 = 64;
 pub struct Demand {
     /// `--max-connections`.
     pub max_connections: u32,
-    /// `--upstream-max-requests-inflight`.
+    /// Kubelet connections: `--upstream-max-requests-inflight` for each serving thread, whose
+    /// pool keeps open up to as many as it last had in flight.
     pub upstream: u64,
     /// Reviews in flight to every API server together.
     pub apiserver: u64,
@@ -40,7 +41,7 @@ pub struct Plan {
 pub enum BudgetError {
     /// The limit leaves too few descriptors for client connections.
     #[error(
-        "the open-file limit ({limit}) leaves {left} descriptors for client connections after {upstream} for --upstream-max-requests-inflight, {apiserver} for API server reviews (--apiserver-max-reviews-inflight) and {reserved} reserved; raise it (systemd LimitNOFILE=, ulimit -n) or lower those flags"
+        "the open-file limit ({limit}) leaves {left} descriptors for client connections after {upstream} for kubelet connections (--upstream-max-requests-inflight per --serving-threads), {apiserver} for API server reviews (--apiserver-max-reviews-inflight) and {reserved} reserved; raise it (systemd LimitNOFILE=, ulimit -n) or lower those flags"
     )]
     TooLow {
         limit: u64,
@@ -78,7 +79,7 @@ pub fn plan(limit: u64, demand: Demand) -> Result<Plan, BudgetError> {
     Ok(Plan {
         max_connections,
         warning: Some(format!(
-            "--max-connections={} does not fit the open-file limit ({limit}) beside --upstream-max-requests-inflight ({}) and API server reviews ({}); serving at most {max_connections} client connections. Raise the limit (systemd LimitNOFILE=, ulimit -n) to serve more",
+            "--max-connections={} does not fit the open-file limit ({limit}) beside kubelet connections ({}: --upstream-max-requests-inflight per --serving-threads) and API server reviews ({}); serving at most {max_connections} client connections. Raise the limit (systemd LimitNOFILE=, ulimit -n) to serve more",
             demand.max_connections, demand.upstream, demand.apiserver
         )),
     })

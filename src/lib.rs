@@ -7,6 +7,8 @@
 //!
 //! A request flows through the modules in this order (see [`server`] for the pipeline itself):
 //!
+//! - [`serving_threads`]: the threads that accept and serve client connections, each with its
+//!   own event loop and kubelet connection pool, so a request stays on one thread.
 //! - [`connection`]: each client connection's deadlines (first request, idle) and its place under
 //!   `--max-connections`; [`descriptors`]: the open-file budget those places fit in.
 //! - [`tls`]: rustls serving config; client certificates are requested, never required, and only
@@ -77,6 +79,7 @@ pub mod reload;
 pub mod reports;
 pub mod responses;
 pub mod server;
+pub mod serving_threads;
 pub mod shutdown;
 pub mod systemd;
 #[cfg(test)]

@@ -48,6 +48,7 @@ use crate::proxy::{ForwardError, Forwarder, UpgradedStream, cause, headers};
 use crate::reload::Reloadable;
 use crate::reports::Reports;
 use crate::responses::{self, ResponseBody};
+use crate::serving_threads::ServingThreads;
 use crate::shutdown::Shutdown;
 
 /// What every request handler shares, read-only.
@@ -55,7 +56,6 @@ struct Pipeline {
     authenticator: Authenticator,
     /// Path gate, attributes and authorizers: what is decided before forwarding.
     decider: Decider,
-    forwarder: Forwarder,
     metrics: Arc<Metrics>,
     audit: Option<AuditLog>,
     /// Admits the audit events of requests refused before authentication at a bounded rate.
@@ -64,6 +64,13 @@ struct Pipeline {
     audit_require_for_streams: bool,
     /// Upstream failures reported at warning level: once per cause per minute.
     upstream_reports: Reports<cause::Cause>,
+}
+
+/// One serving thread's part in the pipeline: what every thread shares, and the thread's own pool
+/// of kubelet connections ([`crate::serving_threads`]).
+struct Lane {
+    pipeline: Arc<Pipeline>,
+    forwarder: Forwarder,
 }
 
 /// The response header that names a request's audit event, as kube-apiserver sets it.
@@ -329,7 +336,6 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     for listener in &listeners {
         handover.add(Role::KubeletApi, listener)?;
     }
-    listening.store(true, std::sync::atomic::Ordering::Release);
     let addrs = listeners
         .iter()
         .map(TcpListener::local_addr)
@@ -360,22 +366,41 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     let pipeline = Arc::new(Pipeline {
         authenticator: config.authenticator,
         decider: config.decider,
-        forwarder: config.forwarder,
         metrics,
         audit: config.audit.clone(),
         audit_refusals: RefusalSampler::new(config.metrics.audit_suppressed()),
         audit_require_for_streams: config.audit_require_for_streams,
         upstream_reports: Reports::default(),
     });
-    info!(%addr, addrs = ?addrs, %admin_addr, "serving the kubelet API");
-    let server = tokio::spawn(serve(
-        listeners,
-        serving_tls,
-        Arc::new(http),
-        pipeline,
-        limits,
-        shutdown.clone(),
-    ));
+    // Bounds open connections on all listeners and threads together: a permit is held for a
+    // connection's whole life, upgraded sessions included; when none is left the loops stop
+    // accepting and new clients wait in the kernel's listen queue.
+    let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
+    let listeners = listeners
+        .into_iter()
+        .map(TcpListener::into_std)
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let http = Arc::new(http);
+    let forwarder = config.forwarder;
+    let threads = ServingThreads::start(config.serving_threads, &listeners, |_, listeners| {
+        let lane = Arc::new(Lane {
+            pipeline: Arc::clone(&pipeline),
+            forwarder: forwarder.with_own_pool(),
+        });
+        let accepted = Accepted {
+            serving_tls: Arc::clone(&serving_tls),
+            http: Arc::clone(&http),
+            lane,
+            limits,
+            shutdown: shutdown.clone(),
+        };
+        accept_all(listeners, Arc::clone(&slots), accepted)
+    })?;
+    // The threads hold their own copies of the listening sockets.
+    drop(listeners);
+    listening.store(true, std::sync::atomic::Ordering::Release);
+    info!(%addr, addrs = ?addrs, %admin_addr, threads = threads.count(), "serving the kubelet API");
+    let server = tokio::spawn(serve(threads, limits, shutdown.clone()));
     Ok(RunningProxy {
         addr,
         addrs,
@@ -397,33 +422,10 @@ struct Limits {
     grace_period: std::time::Duration,
 }
 
-/// Accepts on every listener, sharing one bound on open connections, until draining begins; then
-/// waits for the connections and sessions to end (see [`Shutdown::drain`]).
-async fn serve(
-    listeners: Vec<TcpListener>,
-    serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
-    http: Arc<auto::Builder<TokioExecutor>>,
-    pipeline: Arc<Pipeline>,
-    limits: Limits,
-    shutdown: Shutdown,
-) {
-    // Bounds open connections on all listeners together: a permit is held for a connection's
-    // whole life, upgraded sessions included; when none is left the loops stop accepting and new
-    // clients wait in the kernel's listen queue.
-    let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
-    let mut loops = tokio::task::JoinSet::new();
-    for listener in listeners {
-        loops.spawn(accept_loop(
-            listener,
-            Arc::clone(&slots),
-            Arc::clone(&serving_tls),
-            Arc::clone(&http),
-            Arc::clone(&pipeline),
-            limits,
-            shutdown.clone(),
-        ));
-    }
-    while loops.join_next().await.is_some() {}
+/// Waits for the serving threads to stop accepting (draining began), then for the connections and
+/// sessions to end (see [`Shutdown::drain`]), then ends the threads.
+async fn serve(mut threads: ServingThreads, limits: Limits, shutdown: Shutdown) {
+    threads.accepting_ended().await;
     // Connections and upgraded sessions are the shutdown's tasks: draining waits for them,
     // then closes those still open after the grace period.
     if !shutdown.drain(limits.grace_period).await {
@@ -436,26 +438,38 @@ async fn serve(
             debug!(error = %e, "cannot tell systemd the grace period is over");
         }
     }
+    threads.stop().await;
+}
+
+/// One serving thread's accepting: a loop on each of its copies of the listeners, until draining
+/// begins. Runs on the thread's own runtime, where the listeners are registered.
+async fn accept_all(
+    listeners: Vec<std::net::TcpListener>,
+    slots: Arc<Semaphore>,
+    accepted: Accepted,
+) {
+    let accepted = Arc::new(accepted);
+    let mut loops = tokio::task::JoinSet::new();
+    for listener in listeners {
+        match TcpListener::from_std(listener) {
+            Ok(listener) => {
+                loops.spawn(accept_loop(
+                    listener,
+                    Arc::clone(&slots),
+                    Arc::clone(&accepted),
+                ));
+            }
+            // The other threads still accept on this socket.
+            Err(e) => warn!(error = %e, "a serving thread cannot watch a listening socket"),
+        }
+    }
+    while loops.join_next().await.is_some() {}
 }
 
 /// Accepts connections on one listener until draining begins, then those already queued.
-async fn accept_loop(
-    listener: TcpListener,
-    slots: Arc<Semaphore>,
-    serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
-    http: Arc<auto::Builder<TokioExecutor>>,
-    pipeline: Arc<Pipeline>,
-    limits: Limits,
-    shutdown: Shutdown,
-) {
+async fn accept_loop(listener: TcpListener, slots: Arc<Semaphore>, accepted: Arc<Accepted>) {
     let mut accept_errors = AcceptBackoff::default();
-    let accepted = Accepted {
-        serving_tls,
-        http,
-        pipeline,
-        limits,
-        shutdown: shutdown.clone(),
-    };
+    let shutdown = accepted.shutdown.clone();
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&slots).acquire_owned() => match permit {
@@ -527,11 +541,11 @@ fn accept_queued(listener: TcpListener, slots: &Arc<Semaphore>, accepted: &Accep
     }
 }
 
-/// What every accepted connection of one listener is served with.
+/// What every connection a serving thread accepts is served with.
 struct Accepted {
     serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
     http: Arc<auto::Builder<TokioExecutor>>,
-    pipeline: Arc<Pipeline>,
+    lane: Arc<Lane>,
     limits: Limits,
     shutdown: Shutdown,
 }
@@ -541,9 +555,9 @@ impl Accepted {
     fn serve(&self, tcp: TcpStream, peer: SocketAddr, permit: tokio::sync::OwnedSemaphorePermit) {
         let slot = Arc::new(ConnectionSlot::new(
             permit,
-            Arc::clone(&self.pipeline.metrics),
+            Arc::clone(&self.lane.pipeline.metrics),
         ));
-        let pipeline = Arc::clone(&self.pipeline);
+        let lane = Arc::clone(&self.lane);
         // The configuration in force when the connection arrives: a rotated certificate is used
         // by new connections while open ones keep theirs.
         let acceptor = TlsAcceptor::from(self.serving_tls.current_arc());
@@ -554,7 +568,7 @@ impl Accepted {
             shutdown: self.shutdown.clone(),
         };
         self.shutdown.spawn(serve_connection(
-            tcp, peer, acceptor, http, pipeline, slot, limits,
+            tcp, peer, acceptor, http, lane, slot, limits,
         ));
     }
 }
@@ -617,10 +631,11 @@ async fn serve_connection(
     peer: SocketAddr,
     acceptor: TlsAcceptor,
     http: Arc<auto::Builder<TokioExecutor>>,
-    pipeline: Arc<Pipeline>,
+    lane: Arc<Lane>,
     slot: Arc<ConnectionSlot>,
     limits: Connection,
 ) {
+    let pipeline = &lane.pipeline;
     let _ = tcp.set_nodelay(true);
     let handshake = tokio::select! {
         handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)) => handshake,
@@ -648,9 +663,10 @@ async fn serve_connection(
     let metrics = Arc::clone(&pipeline.metrics);
     let service = {
         let activity = activity.clone();
+        let lane = Arc::clone(&lane);
         service_fn(move |req| {
             let in_flight = activity.begin();
-            let pipeline = Arc::clone(&pipeline);
+            let lane = Arc::clone(&lane);
             let identity = Arc::clone(&identity);
             let slot = Arc::clone(&slot);
             // Boxed: hyper keeps a slot the size of the service's future in every connection for
@@ -658,7 +674,10 @@ async fn serve_connection(
             // authorization and forwarding state) takes kilobytes; boxed, the slot is a pointer
             // and that memory is only held while a request is in flight.
             Box::pin(async move {
-                let response = pipeline.handle(&identity, peer, req, slot).await;
+                let response = lane
+                    .pipeline
+                    .handle(&lane.forwarder, &identity, peer, req, slot)
+                    .await;
                 Ok::<_, Infallible>(response.map(|body| Holding::new(body, Some(in_flight))))
             })
         })
@@ -719,6 +738,7 @@ impl Pipeline {
     /// connection.
     async fn handle(
         &self,
+        forwarder: &Forwarder,
         identity: &ConnectionIdentity,
         peer: SocketAddr,
         req: Request<Incoming>,
@@ -742,7 +762,9 @@ impl Pipeline {
             },
             None => None,
         };
-        let mut handled = self.decide_and_forward(identity, peer, req).await;
+        let mut handled = self
+            .decide_and_forward(forwarder, identity, peer, req)
+            .await;
         let response = &mut handled.response;
         if head && let Either::Right(body) = response.body() {
             // Our own answers carry a body; a HEAD response must not (HTTP/2 peers reset the
@@ -827,6 +849,7 @@ impl Pipeline {
 
     async fn decide_and_forward(
         &self,
+        forwarder: &Forwarder,
         identity: &ConnectionIdentity,
         peer: SocketAddr,
         req: Request<Incoming>,
@@ -872,7 +895,7 @@ impl Pipeline {
         };
         let (response, outcome) = match (refusal, verdict.user()) {
             (Some(refusal), _) => refusal.answer(req.method()),
-            (None, Some(user)) => self.forward(peer, req, user).await,
+            (None, Some(user)) => self.forward(forwarder, peer, req, user).await,
             // An allowed verdict always has a user; refuse should that ever not hold.
             (None, None) => Refusal::Unauthenticated.answer(req.method()),
         };
@@ -890,12 +913,13 @@ impl Pipeline {
     /// Forwards an allowed request; a failure becomes its refusal.
     async fn forward(
         &self,
+        forwarder: &Forwarder,
         peer: SocketAddr,
         req: Request<Incoming>,
         user: &User,
     ) -> (Response<ResponseBody>, Outcome) {
         let method = req.method().clone();
-        match self.forwarder.forward(req, user).await {
+        match forwarder.forward(req, user).await {
             Ok(response) => (response.map(Either::Left), Outcome::Allowed),
             Err(e @ ForwardError::CallerBody(_)) => {
                 debug!(%peer, error = %e, "request body could not be read");

@@ -118,6 +118,13 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "N", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..), help_heading = "Serving")]
     pub max_connections: u32,
 
+    /// Threads that serve client connections, each with its own event loop and its own pool of
+    /// connections to the kubelet, so that a connection, its requests and their upstream
+    /// connections are handled on one thread (no hand-off between threads per request). 0: one per
+    /// CPU the process may use (its CPU affinity and cgroup CPU quota), at most 8.
+    #[arg(long, value_name = "N", default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=256), help_heading = "Serving")]
+    pub serving_threads: u16,
+
     /// On SIGTERM/SIGINT, time given to in-flight requests before connections are closed.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_go_duration, help_heading = "Serving")]
     pub shutdown_grace_period: Duration,

@@ -165,6 +165,8 @@ pub struct Settings {
     pub idle_connection_timeout: Duration,
     /// Most connections served at once, fitted to the open-file limit.
     pub max_connections: u32,
+    /// Threads serving client connections (`--serving-threads`, 0 resolved to the CPUs).
+    pub serving_threads: usize,
     /// Time given to in-flight requests at shutdown.
     pub shutdown_grace_period: Duration,
     /// Where audit events go, if anywhere; checked, not opened.
@@ -308,10 +310,18 @@ impl Settings {
             &mut errors,
             AuthorizationSettings::read(flags, &mut reloads).await,
         );
+        let serving_threads = crate::serving_threads::resolve(flags.serving_threads);
+        if let Some(warning) = serving_threads.warning {
+            warnings.push(Warning::new("--serving-threads", warning));
+        }
+        let serving_threads = serving_threads.count;
         let max_connections = match (&token_review, &authorization) {
             (Some(token_review), Some(authorization)) => {
                 let clients = apiserver_clients(token_review.as_ref(), authorization);
-                keep(&mut errors, descriptor_plan(flags, clients, &mut warnings))
+                keep(
+                    &mut errors,
+                    descriptor_plan(flags, clients, serving_threads, &mut warnings),
+                )
             }
             _ => None,
         };
@@ -367,6 +377,7 @@ impl Settings {
                 header_read_timeout: flags.header_read_timeout,
                 idle_connection_timeout: flags.idle_connection_timeout,
                 max_connections,
+                serving_threads,
                 shutdown_grace_period: flags.shutdown_grace_period,
                 audit,
                 audit_require_for_streams: flags.audit_log_require_for_streams,
@@ -652,6 +663,7 @@ fn default_node_name() -> Result<String, String> {
 fn descriptor_plan(
     flags: &ProxyFlags,
     apiserver_clients: usize,
+    serving_threads: usize,
     warnings: &mut Vec<Warning>,
 ) -> Result<u32, ConfigError> {
     let limit = descriptors::hard_limit();
@@ -661,7 +673,10 @@ fn descriptor_plan(
         limit,
         descriptors::Demand {
             max_connections: flags.max_connections,
-            upstream: u64::from(flags.upstream_max_requests_inflight),
+            // Each serving thread keeps its own pool of kubelet connections, and a pool keeps
+            // idle as many as its thread last had in flight: at worst each thread in turn had
+            // every place.
+            upstream: u64::from(flags.upstream_max_requests_inflight) * serving_threads as u64,
             apiserver,
         },
     )

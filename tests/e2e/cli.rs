@@ -809,3 +809,49 @@ async fn a_cluster_rbac_dump_gets_one_warning_and_one_note() {
         done.stderr
     );
 }
+
+/// More serving threads than the process has CPUs works but is warned about, naming the flag and
+/// the CPU count `check-config` read, and counted by `--strict`; the default (0) is not.
+#[tokio::test]
+async fn more_serving_threads_than_cpus_is_warned_about() {
+    let files = files();
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let too_many = cpus + 1;
+    let mut args = vec!["check-config".to_owned()];
+    args.extend(command_line(
+        &files,
+        &[format!("--serving-threads={too_many}")],
+    ));
+    let done = run(&files.dir, "threads", &args).await;
+    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    assert!(
+        done.stderr.contains(&format!(
+            "kubelet-auth-proxy: warning: --serving-threads: {too_many} serving threads on {cpus} CPU(s)"
+        )),
+        "{}",
+        done.stderr
+    );
+    args.push("--strict".to_owned());
+    // Beside the warning every AlwaysAllow configuration gets.
+    let done = run(&files.dir, "threads-strict", &args).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr.contains("2 warning(s), refused by --strict"),
+        "{}",
+        done.stderr
+    );
+
+    let mut args = vec!["check-config".to_owned(), "--strict".to_owned()];
+    args.extend(command_line(&files, &["--serving-threads=0".to_owned()]));
+    let done = run(&files.dir, "threads-default", &args).await;
+    assert!(
+        done.stderr.contains("1 warning(s), refused by --strict"),
+        "{}",
+        done.stderr
+    );
+    assert!(
+        !done.stderr.contains("--serving-threads"),
+        "{}",
+        done.stderr
+    );
+}
