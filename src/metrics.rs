@@ -39,6 +39,24 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// How many outcomes there are.
+    pub const COUNT: usize = 9;
+
+    /// A distinct index below [`Outcome::COUNT`] per outcome.
+    pub fn index(self) -> usize {
+        match self {
+            Outcome::Allowed => 0,
+            Outcome::Forbidden => 1,
+            Outcome::AuthorizationError => 2,
+            Outcome::Unauthenticated => 3,
+            Outcome::Redirected => 4,
+            Outcome::BadRequest => 5,
+            Outcome::UpstreamError => 6,
+            Outcome::Throttled => 7,
+            Outcome::AuditUnavailable => 8,
+        }
+    }
+
     /// The label value: snake case, as Prometheus label values usually are.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -70,6 +88,13 @@ pub struct RequestLabels {
     pub decision: Outcome,
     /// The subresource that was allowed, or the first one asked for; empty before authorization.
     pub subresource: &'static str,
+}
+
+/// Labels of the per-thread counters: the serving thread's index, from 0.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ThreadLabels {
+    /// The serving thread ([`crate::serving_threads`]).
+    pub thread: u16,
 }
 
 /// Labels of the latency histogram.
@@ -242,11 +267,15 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     latency: Family<DecisionLabels, Histogram, fn() -> Histogram>,
+    /// The latency family's histogram of each outcome (indexed by [`Outcome::index`]), looked up
+    /// in the family once: a lookup hashes the labels and takes the family's lock, per request.
+    latency_by_outcome: [std::sync::OnceLock<Histogram>; Outcome::COUNT],
     connections: Gauge,
     streams: Gauge,
     upstream_requests: Gauge,
     handshake_failures: Counter,
     connection_timeouts: Counter,
+    accepted: Family<ThreadLabels, Counter>,
     api_calls: Family<ApiCallLabels, Counter>,
     api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
     reviews_in_flight: Family<ReviewKindLabels, Gauge>,
@@ -318,6 +347,12 @@ impl Metrics {
             "connection_timeouts",
             "Client connections closed because no request came within --header-read-timeout after the handshake, or within --idle-connection-timeout after the last one",
             connection_timeouts.clone(),
+        );
+        let accepted = Family::<ThreadLabels, Counter>::default();
+        registry.register(
+            "serving_thread_connections_accepted",
+            "Client connections accepted, by serving thread (--serving-threads): how evenly the threads share the connections",
+            accepted.clone(),
         );
         let api_calls = Family::<ApiCallLabels, Counter>::default();
         registry.register(
@@ -422,11 +457,13 @@ impl Metrics {
             generation,
             requests,
             latency,
+            latency_by_outcome: Default::default(),
             connections,
             streams,
             upstream_requests,
             handshake_failures,
             connection_timeouts,
+            accepted,
             api_calls,
             api_latency,
             reviews_in_flight,
@@ -449,9 +486,13 @@ impl Metrics {
     /// Records one finished request (at response headers; streams continue afterwards).
     pub fn observe_request(&self, labels: &RequestLabels, elapsed: Duration) {
         self.requests.get_or_create(labels).inc();
-        self.latency
-            .get_or_create(&DecisionLabels {
-                decision: labels.decision,
+        self.latency_by_outcome[labels.decision.index()]
+            .get_or_init(|| {
+                self.latency
+                    .get_or_create(&DecisionLabels {
+                        decision: labels.decision,
+                    })
+                    .clone()
             })
             .observe(elapsed.as_secs_f64());
     }
@@ -593,6 +634,15 @@ impl Metrics {
         self.connection_timeouts.inc();
     }
 
+    /// The counter of connections accepted by serving thread `thread`, resolved once by the
+    /// thread so that accepting costs one increment.
+    pub fn accepted_by(&self, thread: usize) -> Counter {
+        let thread = u16::try_from(thread).unwrap_or(u16::MAX);
+        self.accepted
+            .get_or_create(&ThreadLabels { thread })
+            .clone()
+    }
+
     /// Build, start time and handovers ([`crate::generation`]).
     pub fn generation(&self) -> &crate::generation::Generation {
         &self.generation
@@ -604,5 +654,52 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every outcome has its own index, and each outcome's latencies land in its own series.
+    #[test]
+    fn each_outcome_is_timed_in_its_own_histogram() {
+        let all = [
+            Outcome::Allowed,
+            Outcome::Forbidden,
+            Outcome::AuthorizationError,
+            Outcome::Unauthenticated,
+            Outcome::Redirected,
+            Outcome::BadRequest,
+            Outcome::UpstreamError,
+            Outcome::Throttled,
+            Outcome::AuditUnavailable,
+        ];
+        let mut indexes: Vec<usize> = all.iter().map(|o| o.index()).collect();
+        indexes.sort_unstable();
+        assert_eq!(indexes, (0..Outcome::COUNT).collect::<Vec<_>>());
+
+        let metrics = Metrics::new();
+        let observe = |decision, times| {
+            for _ in 0..times {
+                metrics.observe_request(
+                    &RequestLabels {
+                        code: 200,
+                        decision,
+                        subresource: "healthz",
+                    },
+                    Duration::from_millis(1),
+                );
+            }
+        };
+        observe(Outcome::Allowed, 3);
+        observe(Outcome::Forbidden, 2);
+        let text = metrics.encode();
+        for (decision, count) in [("allowed", 3), ("forbidden", 2)] {
+            let line = format!(
+                "kubelet_auth_proxy_request_duration_seconds_count{{decision=\"{decision}\"}} {count}"
+            );
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
     }
 }

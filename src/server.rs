@@ -25,7 +25,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::UnixTime;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 use tracing::{debug, info, warn};
@@ -48,7 +48,7 @@ use crate::proxy::{ForwardError, Forwarder, UpgradedStream, cause, headers};
 use crate::reload::Reloadable;
 use crate::reports::Reports;
 use crate::responses::{self, ResponseBody};
-use crate::serving_threads::ServingThreads;
+use crate::serving_threads::{Dispatcher, Load, ServingThreads};
 use crate::shutdown::Shutdown;
 
 /// What every request handler shares, read-only.
@@ -376,13 +376,9 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     // connection's whole life, upgraded sessions included; when none is left the loops stop
     // accepting and new clients wait in the kernel's listen queue.
     let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
-    let listeners = listeners
-        .into_iter()
-        .map(TcpListener::into_std)
-        .collect::<std::io::Result<Vec<_>>>()?;
     let http = Arc::new(http);
     let forwarder = config.forwarder;
-    let threads = ServingThreads::start(config.serving_threads, &listeners, |_, listeners| {
+    let (threads, dispatcher) = ServingThreads::start(config.serving_threads, |index, handed| {
         let lane = Arc::new(Lane {
             pipeline: Arc::clone(&pipeline),
             forwarder: forwarder.with_own_pool(),
@@ -393,14 +389,20 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             lane,
             limits,
             shutdown: shutdown.clone(),
+            accepted: pipeline.metrics.accepted_by(index),
         };
-        accept_all(listeners, Arc::clone(&slots), accepted)
+        serve_handed(handed, accepted)
     })?;
-    // The threads hold their own copies of the listening sockets.
-    drop(listeners);
     listening.store(true, std::sync::atomic::Ordering::Release);
     info!(%addr, addrs = ?addrs, %admin_addr, threads = threads.count(), "serving the kubelet API");
-    let server = tokio::spawn(serve(threads, limits, shutdown.clone()));
+    let server = tokio::spawn(serve(
+        listeners,
+        slots,
+        dispatcher,
+        threads,
+        limits,
+        shutdown.clone(),
+    ));
     Ok(RunningProxy {
         addr,
         addrs,
@@ -422,10 +424,39 @@ struct Limits {
     grace_period: std::time::Duration,
 }
 
-/// Waits for the serving threads to stop accepting (draining began), then for the connections and
-/// sessions to end (see [`Shutdown::drain`]), then ends the threads.
-async fn serve(mut threads: ServingThreads, limits: Limits, shutdown: Shutdown) {
-    threads.accepting_ended().await;
+/// A connection accepted on the main runtime, on its way to a serving thread.
+struct Handed {
+    tcp: std::net::TcpStream,
+    peer: SocketAddr,
+    /// Its place under `--max-connections`, held for its whole life.
+    permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Accepts on every listener, sharing one bound on open connections, and hands each connection to
+/// a serving thread, until draining begins; then waits for the threads to have taken everything,
+/// for the connections and sessions to end (see [`Shutdown::drain`]), and ends the threads.
+async fn serve(
+    listeners: Vec<TcpListener>,
+    slots: Arc<Semaphore>,
+    dispatcher: Dispatcher<Handed>,
+    mut threads: ServingThreads,
+    limits: Limits,
+    shutdown: Shutdown,
+) {
+    let mut loops = tokio::task::JoinSet::new();
+    for listener in listeners {
+        loops.spawn(accept_loop(
+            listener,
+            Arc::clone(&slots),
+            dispatcher.clone(),
+            shutdown.clone(),
+        ));
+    }
+    while loops.join_next().await.is_some() {}
+    // The threads' queues end once every dispatcher is gone; each thread then has started
+    // serving everything handed to it.
+    drop(dispatcher);
+    threads.serving_ended().await;
     // Connections and upgraded sessions are the shutdown's tasks: draining waits for them,
     // then closes those still open after the grace period.
     if !shutdown.drain(limits.grace_period).await {
@@ -441,35 +472,44 @@ async fn serve(mut threads: ServingThreads, limits: Limits, shutdown: Shutdown) 
     threads.stop().await;
 }
 
-/// One serving thread's accepting: a loop on each of its copies of the listeners, until draining
-/// begins. Runs on the thread's own runtime, where the listeners are registered.
-async fn accept_all(
-    listeners: Vec<std::net::TcpListener>,
-    slots: Arc<Semaphore>,
-    accepted: Accepted,
-) {
-    let accepted = Arc::new(accepted);
-    let mut loops = tokio::task::JoinSet::new();
-    for listener in listeners {
-        match TcpListener::from_std(listener) {
-            Ok(listener) => {
-                loops.spawn(accept_loop(
-                    listener,
-                    Arc::clone(&slots),
-                    Arc::clone(&accepted),
-                ));
-            }
-            // The other threads still accept on this socket.
-            Err(e) => warn!(error = %e, "a serving thread cannot watch a listening socket"),
+/// One serving thread's intake: serves every connection handed to it, on this thread's runtime,
+/// until the main runtime stops handing them over.
+async fn serve_handed(mut handed: mpsc::UnboundedReceiver<(Handed, Load)>, accepted: Accepted) {
+    while let Some((Handed { tcp, peer, permit }, load)) = handed.recv().await {
+        match TcpStream::from_std(tcp) {
+            Ok(tcp) => accepted.serve(tcp, peer, permit, load),
+            Err(e) => debug!(%peer, error = %e, "a serving thread cannot take a connection"),
         }
     }
-    while loops.join_next().await.is_some() {}
+}
+
+/// Hands `tcp` to a serving thread, unless none is left (the process is stopping).
+fn hand_over(
+    dispatcher: &Dispatcher<Handed>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let tcp = match tcp.into_std() {
+        Ok(tcp) => tcp,
+        Err(e) => {
+            debug!(%peer, error = %e, "cannot hand a connection to a serving thread");
+            return;
+        }
+    };
+    if dispatcher.dispatch(Handed { tcp, peer, permit }).is_err() {
+        debug!(%peer, "no serving thread left to take a connection");
+    }
 }
 
 /// Accepts connections on one listener until draining begins, then those already queued.
-async fn accept_loop(listener: TcpListener, slots: Arc<Semaphore>, accepted: Arc<Accepted>) {
+async fn accept_loop(
+    listener: TcpListener,
+    slots: Arc<Semaphore>,
+    dispatcher: Dispatcher<Handed>,
+    shutdown: Shutdown,
+) {
     let mut accept_errors = AcceptBackoff::default();
-    let shutdown = accepted.shutdown.clone();
     loop {
         let permit = tokio::select! {
             permit = Arc::clone(&slots).acquire_owned() => match permit {
@@ -494,9 +534,9 @@ async fn accept_loop(listener: TcpListener, slots: Arc<Semaphore>, accepted: Arc
             },
             () = shutdown.draining().cancelled() => break,
         };
-        accepted.serve(tcp, peer, permit);
+        hand_over(&dispatcher, tcp, peer, permit);
     }
-    accept_queued(listener, &slots, &accepted);
+    accept_queued(listener, &slots, &dispatcher);
 }
 
 /// Serves the connections already in `listener`'s queue when draining begins, before the
@@ -506,7 +546,7 @@ async fn accept_loop(listener: TcpListener, slots: Arc<Semaphore>, accepted: Arc
 /// answered and the connection closed politely (see [`connection::LAST_CALL`]). Connections that
 /// arrive between this sweep and the close are moved to the other process's socket by the kernel
 /// only with `net.ipv4.tcp_migrate_req=1` ([`crate::handover::explain_queue_migration`]).
-fn accept_queued(listener: TcpListener, slots: &Arc<Semaphore>, accepted: &Accepted) {
+fn accept_queued(listener: TcpListener, slots: &Arc<Semaphore>, dispatcher: &Dispatcher<Handed>) {
     let listener = match listener.into_std() {
         Ok(listener) => listener,
         Err(e) => {
@@ -523,17 +563,14 @@ fn accept_queued(listener: TcpListener, slots: &Arc<Semaphore>, accepted: &Accep
             // WouldBlock: the queue is empty; anything else ends the sweep the same way.
             break;
         };
-        let tcp = match tcp
-            .set_nonblocking(true)
-            .and_then(|()| TcpStream::from_std(tcp))
-        {
-            Ok(tcp) => tcp,
-            Err(e) => {
-                debug!(%peer, error = %e, "cannot serve a queued connection");
-                continue;
-            }
-        };
-        accepted.serve(tcp, peer, permit);
+        if let Err(e) = tcp.set_nonblocking(true) {
+            debug!(%peer, error = %e, "cannot serve a queued connection");
+            continue;
+        }
+        if dispatcher.dispatch(Handed { tcp, peer, permit }).is_err() {
+            debug!(%peer, "no serving thread left to take a queued connection");
+            break;
+        }
         served += 1;
     }
     if served > 0 {
@@ -541,18 +578,29 @@ fn accept_queued(listener: TcpListener, slots: &Arc<Semaphore>, accepted: &Accep
     }
 }
 
-/// What every connection a serving thread accepts is served with.
+/// What every connection a serving thread is handed is served with.
 struct Accepted {
     serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
     http: Arc<auto::Builder<TokioExecutor>>,
     lane: Arc<Lane>,
     limits: Limits,
     shutdown: Shutdown,
+    /// This thread's count of the connections it was handed.
+    accepted: prometheus_client::metrics::counter::Counter,
 }
 
 impl Accepted {
     /// Serves one connection as one of the shutdown's tasks, holding `permit` for its life.
-    fn serve(&self, tcp: TcpStream, peer: SocketAddr, permit: tokio::sync::OwnedSemaphorePermit) {
+    /// `load` is the connection's place in this thread's count; it is held as long as the
+    /// connection is served.
+    fn serve(
+        &self,
+        tcp: TcpStream,
+        peer: SocketAddr,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        load: Load,
+    ) {
+        self.accepted.inc();
         let slot = Arc::new(ConnectionSlot::new(
             permit,
             Arc::clone(&self.lane.pipeline.metrics),
@@ -567,9 +615,11 @@ impl Accepted {
             deadlines: self.limits.deadlines,
             shutdown: self.shutdown.clone(),
         };
-        self.shutdown.spawn(serve_connection(
-            tcp, peer, acceptor, http, lane, slot, limits,
-        ));
+        let connection = serve_connection(tcp, peer, acceptor, http, lane, slot, limits);
+        self.shutdown.spawn(async move {
+            connection.await;
+            drop(load);
+        });
     }
 }
 

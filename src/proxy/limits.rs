@@ -14,6 +14,7 @@
 //! connection is.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -41,9 +42,13 @@ pub struct UpstreamLimits {
     total: Arc<Semaphore>,
     total_limit: usize,
     per_user_limit: usize,
-    /// Requests in flight by user name; a user leaves the map with its last request, so the map
-    /// holds at most one entry per request in flight.
-    per_user: Mutex<HashMap<Arc<str>, usize>>,
+    /// Requests in flight by user name, each count shared with its requests' places, which give
+    /// it back without the lock. A user whose count nobody else holds is dropped from the map
+    /// once the map reaches [`prune_at`](Self::prune_at) entries, so it holds at most that many.
+    per_user: Mutex<HashMap<Arc<str>, Arc<AtomicUsize>>>,
+    /// Twice the total limit: users with no request in flight are dropped when the map grows to
+    /// this, which happens at most once per that many new users.
+    prune_at: usize,
     wait: Duration,
     in_flight: Gauge,
 }
@@ -62,6 +67,7 @@ impl UpstreamLimits {
             total_limit,
             per_user_limit,
             per_user: Mutex::new(HashMap::new()),
+            prune_at: total_limit.saturating_mul(2).max(64),
             wait,
             in_flight,
         }
@@ -89,43 +95,47 @@ impl UpstreamLimits {
         })
     }
 
-    fn enter_user(self: &Arc<Self>, user: &str) -> Result<UserPlace, Busy> {
+    /// Counts one more request of `user`, unless it has its share. The count is checked and
+    /// raised under the map's lock, so two requests cannot both take a user's last place; it is
+    /// lowered without the lock, which can only make room.
+    fn enter_user(&self, user: &str) -> Result<UserPlace, Busy> {
         let mut per_user = self.per_user.lock().unwrap_or_else(PoisonError::into_inner);
-        let name: Arc<str> = match per_user.get_key_value(user) {
-            Some((_, count)) if *count >= self.per_user_limit => {
-                return Err(Busy::User(self.per_user_limit));
+        let count = match per_user.get(user) {
+            Some(count) => Arc::clone(count),
+            None => {
+                if per_user.len() >= self.prune_at {
+                    // Only the map holds these counts: nobody has a request in flight.
+                    per_user.retain(|_, count| Arc::strong_count(count) > 1);
+                }
+                let count = Arc::new(AtomicUsize::new(0));
+                per_user.insert(Arc::from(user), Arc::clone(&count));
+                count
             }
-            Some((name, _)) => Arc::clone(name),
-            None => Arc::from(user),
         };
-        *per_user.entry(Arc::clone(&name)).or_insert(0) += 1;
-        Ok(UserPlace {
-            limits: Arc::clone(self),
-            name,
-        })
+        if count.load(Ordering::Acquire) >= self.per_user_limit {
+            return Err(Busy::User(self.per_user_limit));
+        }
+        count.fetch_add(1, Ordering::AcqRel);
+        Ok(UserPlace(count))
+    }
+
+    /// Users in the map, for tests of its bound.
+    #[cfg(test)]
+    fn users(&self) -> usize {
+        self.per_user
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 }
 
 /// One request's place in its user's share; given back on drop.
 #[derive(Debug)]
-struct UserPlace {
-    limits: Arc<UpstreamLimits>,
-    name: Arc<str>,
-}
+struct UserPlace(Arc<AtomicUsize>);
 
 impl Drop for UserPlace {
     fn drop(&mut self) {
-        let mut per_user = self
-            .limits
-            .per_user
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = per_user.get_mut(&self.name) {
-            *count -= 1;
-            if *count == 0 {
-                per_user.remove(&self.name);
-            }
-        }
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -187,13 +197,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn users_leave_the_map_with_their_last_request() {
-        let limits = limits(8, 8);
-        let leases: Vec<Lease> = acquire_all(&limits, &["a", "b", "a"]).await;
-        assert_eq!(limits.per_user.lock().unwrap().len(), 2);
-        drop(leases);
-        assert!(limits.per_user.lock().unwrap().is_empty());
+    async fn the_map_of_users_stays_bounded_and_keeps_the_shares_in_use() {
+        let limits = limits(40, 2);
+        assert_eq!(limits.prune_at, 80);
+        let held = acquire_all(&limits, &["held", "held"]).await;
+        for n in 0..500 {
+            let lease = limits.acquire(&format!("user-{n}")).await.unwrap();
+            drop(lease);
+            assert!(limits.users() <= 80, "{} users kept", limits.users());
+        }
+        // The user with requests in flight was never dropped: its share is still taken.
+        assert_eq!(limits.acquire("held").await.unwrap_err(), Busy::User(2));
+        drop(held);
         assert_eq!(limits.in_flight.get(), 0);
+        let _again = acquire_all(&limits, &["held", "held"]).await;
     }
 
     async fn acquire_all(limits: &Arc<UpstreamLimits>, users: &[&str]) -> Vec<Lease> {
