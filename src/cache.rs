@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::future::Cache;
+use prometheus_client::metrics::counter::Counter;
 use ring::{digest, hmac};
 use tokio::sync::watch;
 
@@ -200,6 +201,8 @@ pub struct ReviewCache<V> {
     /// on misses and by refreshes, never on a hit; at most one per entry.
     refreshes: Arc<Mutex<HashMap<CacheKey, watch::Receiver<()>>>>,
     kind: ReviewKind,
+    /// `metrics`' counter of this cache's hits, resolved once: a hit is the common case.
+    hits: Counter,
     metrics: Arc<Metrics>,
 }
 
@@ -225,6 +228,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
             ttl: Arc::new(ttl),
             refreshes: Arc::default(),
             kind,
+            hits: metrics.cache_lookups(kind, CacheResult::Hit),
             metrics,
         }
     }
@@ -242,7 +246,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
         E: Send + Sync + 'static,
     {
         if let Some(stored) = self.entries.get(&key).await {
-            self.metrics.observe_cache(self.kind, CacheResult::Hit);
+            self.hits.inc();
             if policy::refresh_ahead_due(stored.lifetime, stored.filled.elapsed())
                 && !stored.refreshing.swap(true, Ordering::AcqRel)
             {
@@ -352,6 +356,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
             ttl: Arc::clone(&self.ttl),
             refreshes: Arc::clone(&self.refreshes),
             kind: self.kind,
+            hits: self.hits.clone(),
             metrics: Arc::clone(&self.metrics),
         }
     }
