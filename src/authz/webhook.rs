@@ -49,8 +49,8 @@ pub struct SubjectAccessReviewAuthorizer {
     /// Reviews whose match conditions could not be evaluated.
     condition_errors: Counter,
     condition_log: ConditionErrorLog,
-    /// The cache keys' user parts, hashed once per user.
-    user_prefixes: UserPrefixes,
+    /// The cache keys of the last users and attributes seen.
+    recent_keys: RecentKeys,
 }
 
 impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
@@ -89,7 +89,7 @@ impl SubjectAccessReviewAuthorizer {
             failure_policy: spec.failure_policy,
             match_conditions: spec.match_conditions.clone(),
             condition_log: ConditionErrorLog::default(),
-            user_prefixes: UserPrefixes::default(),
+            recent_keys: RecentKeys::default(),
         }
     }
 
@@ -142,7 +142,7 @@ impl SubjectAccessReviewAuthorizer {
             return Box::pin(self.review(attrs)).await;
         }
         self.cache
-            .get_or_review(self.user_prefixes.key(attrs), || self.review(attrs))
+            .get_or_review(self.recent_keys.key(attrs), || self.review(attrs))
             .await
             .map_err(|shared| (*shared).clone())
     }
@@ -255,7 +255,7 @@ pub fn review_spec(attrs: &Attributes<'_>) -> SubjectAccessReviewSpec {
 /// equal reviews; any difference in verb, namespace, resource, subresource, name, user, uid, group
 /// order or extra is a different entry, as in the kubelet. The user's part comes first, padded to
 /// a SHA-256 block ([`user_key_prefix`]), so that the authorizer can hash it once per user
-/// ([`UserPrefixes`]) and each request only its attributes.
+/// ([`RecentKeys`]) and each request only its attributes.
 pub fn review_cache_key(attrs: &Attributes<'_>) -> CacheKey {
     finish_review_key(user_key_prefix(attrs.user), attrs)
 }
@@ -292,42 +292,96 @@ fn finish_review_key(mut prefix: KeyHasher, attrs: &Attributes<'_>) -> CacheKey 
     prefix.finish()
 }
 
-/// How many users' key prefixes [`UserPrefixes`] keeps: a kubelet's callers are few (the API
-/// server, monitoring, a few people); a user beyond these only costs the hashing this saves, plus
-/// a scan of this many.
+/// How many users [`RecentKeys`] keeps: a kubelet's callers are few (the API server,
+/// monitoring, a few people); a user beyond these only costs the hashing this saves, plus a scan
+/// of this many.
 const REMEMBERED_USERS: usize = 32;
+/// How many attribute sets [`RecentKeys`] keeps the keys of, per user: a caller asks for a few
+/// subresources (`healthz`, `metrics`, `stats`, `pods`, …).
+const REMEMBERED_KEYS_PER_USER: usize = 8;
 
-/// The key prefixes ([`user_key_prefix`]) of the users seen last. A user's requests all share
-/// theirs, so a request hashes only its attributes: under callgrind, one SHA-256 block for the
-/// kubelet's sets instead of two for the smallest user, and several more for a service account
-/// with its groups and extra. A user is found by equality with the whole user, never by a
-/// digest or an address, so the key is exactly [`review_cache_key`].
+/// The review cache keys of the users seen last. A user's requests all share the user's part of
+/// their keys ([`user_key_prefix`]), hashed here once, and mostly ask for the same few attribute
+/// sets, whose keys are kept: a request whose user and attributes were seen hashes nothing, one
+/// of a known user with new attributes only its attributes (one SHA-256 block for the kubelet's
+/// sets). Users and attributes are found by equality with the whole user and every attribute
+/// the key is made of, never by a digest or an address, so the key is exactly
+/// [`review_cache_key`].
 #[derive(Default)]
-struct UserPrefixes {
+struct RecentKeys {
     /// Newest first; the oldest goes when a new user comes and there are [`REMEMBERED_USERS`].
-    recent: Mutex<VecDeque<(User, KeyHasher)>>,
+    users: Mutex<VecDeque<RecentUser>>,
 }
 
-impl UserPrefixes {
-    /// [`review_cache_key`] of `attrs`, with its user's prefix hashed once.
-    fn key(&self, attrs: &Attributes<'_>) -> CacheKey {
-        finish_review_key(self.prefix(attrs.user), attrs)
+/// A user [`RecentKeys`] remembers.
+struct RecentUser {
+    user: User,
+    /// The user's part of every key, hashed and padded.
+    prefix: KeyHasher,
+    /// Newest first, at most [`REMEMBERED_KEYS_PER_USER`].
+    keys: VecDeque<(KeyAttributes, CacheKey)>,
+}
+
+/// The attributes a review key is made of besides the user ([`finish_review_key`]), owned.
+struct KeyAttributes {
+    verb: String,
+    namespace: String,
+    resource: &'static str,
+    subresource: String,
+    name: String,
+}
+
+impl KeyAttributes {
+    fn new(attrs: &Attributes<'_>) -> KeyAttributes {
+        KeyAttributes {
+            verb: attrs.verb.to_owned(),
+            namespace: attrs.namespace.to_owned(),
+            resource: attrs.resource,
+            subresource: attrs.subresource.to_owned(),
+            name: attrs.name.to_owned(),
+        }
     }
 
-    fn prefix(&self, user: &User) -> KeyHasher {
-        let lock = || self.recent.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some((_, prefix)) = lock().iter().find(|(known, _)| known == user) {
-            return prefix.clone();
+    /// Whether `attrs` has these attributes, every one of them.
+    fn matches(&self, attrs: &Attributes<'_>) -> bool {
+        self.verb == attrs.verb
+            && self.namespace == attrs.namespace
+            && self.resource == attrs.resource
+            && self.subresource == attrs.subresource
+            && self.name == attrs.name
+    }
+}
+
+impl RecentKeys {
+    /// [`review_cache_key`] of `attrs`.
+    fn key(&self, attrs: &Attributes<'_>) -> CacheKey {
+        let lock = || self.users.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = lock().iter_mut().find(|known| known.user == *attrs.user) {
+            if let Some((_, key)) = known.keys.iter().find(|(seen, _)| seen.matches(attrs)) {
+                return *key;
+            }
+            // One block, hashed under the lock: less than another round of locking.
+            let key = finish_review_key(known.prefix.clone(), attrs);
+            if known.keys.len() >= REMEMBERED_KEYS_PER_USER {
+                known.keys.pop_back();
+            }
+            known.keys.push_front((KeyAttributes::new(attrs), key));
+            return key;
         }
-        // Hashed unlocked: two requests of a new user may both hash it and both keep it, which
-        // costs a slot until it is the oldest, and nothing else.
-        let prefix = user_key_prefix(user);
-        let mut recent = lock();
-        if recent.len() >= REMEMBERED_USERS {
-            recent.pop_back();
+        // A new user is hashed unlocked: two requests of theirs may both hash it and both keep
+        // it, which costs a slot until it is the oldest, and nothing else.
+        let prefix = user_key_prefix(attrs.user);
+        let key = finish_review_key(prefix.clone(), attrs);
+        let mut users = lock();
+        if users.len() >= REMEMBERED_USERS {
+            users.pop_back();
         }
-        recent.push_front((user.clone(), prefix.clone()));
-        prefix
+        users.push_front(RecentUser {
+            user: attrs.user.clone(),
+            prefix,
+            keys: VecDeque::from([(KeyAttributes::new(attrs), key)]),
+        });
+        key
     }
 }
 
@@ -460,7 +514,7 @@ mod tests {
     }
 
     #[test]
-    fn remembered_user_prefixes_give_the_exact_key() {
+    fn recent_keys_are_the_exact_keys() {
         let user = |name: &str, groups: &[&str], extra: &[(&str, &str)]| User {
             name: name.into(),
             uid: "u".into(),
@@ -484,15 +538,41 @@ mod tests {
             ),
             user(long, &["system:serviceaccounts"], &[("pod-name", "x")]),
         ];
-        let prefixes = UserPrefixes::default();
+        // Attribute sets equal but for one attribute.
+        fn sets(u: &User) -> [Attributes<'_>; 6] {
+            let base = attrs(u, "get", "pods");
+            [
+                base,
+                Attributes {
+                    verb: "create",
+                    ..base
+                },
+                Attributes {
+                    subresource: "proxy",
+                    ..base
+                },
+                Attributes {
+                    namespace: "team-a",
+                    ..base
+                },
+                Attributes {
+                    resource: "pods",
+                    ..base
+                },
+                Attributes {
+                    name: "worker-2",
+                    ..base
+                },
+            ]
+        }
+        let recent = RecentKeys::default();
         let mut seen = Vec::new();
-        // Twice round: first each prefix is hashed, then found.
+        // Twice round: first each key is hashed, then found.
         for _ in 0..2 {
             for u in &users {
-                for verb in ["get", "create"] {
-                    let a = attrs(u, verb, "pods");
-                    let key = prefixes.key(&a);
-                    assert_eq!(key, review_cache_key(&a), "{u:?} {verb}");
+                for a in sets(u) {
+                    let key = recent.key(&a);
+                    assert_eq!(key, review_cache_key(&a), "{a:?}");
                     seen.push(key);
                 }
             }
@@ -501,17 +581,32 @@ mod tests {
         seen.dedup();
         assert_eq!(
             seen.len(),
-            users.len() * 2,
-            "every user and verb has its own key"
+            users.len() * 6,
+            "every user and set has its own key"
         );
-        // More users than are remembered: the oldest are hashed again, to the same keys.
+        // More sets of one user, and more users, than are kept: all still have their exact key.
+        for i in 0..REMEMBERED_KEYS_PER_USER * 2 {
+            let name = format!("node-{i}");
+            let a = Attributes {
+                name: &name,
+                ..attrs(&users[0], "get", "pods")
+            };
+            assert_eq!(recent.key(&a), review_cache_key(&a));
+        }
         for i in 0..REMEMBERED_USERS * 2 {
             let u = user(&format!("user-{i}"), &["g"], &[]);
             let a = attrs(&u, "get", "pods");
-            assert_eq!(prefixes.key(&a), review_cache_key(&a));
+            assert_eq!(recent.key(&a), review_cache_key(&a));
         }
-        assert_eq!(prefixes.recent.lock().unwrap().len(), REMEMBERED_USERS);
-        let a = attrs(&users[0], "get", "pods");
-        assert_eq!(prefixes.key(&a), review_cache_key(&a));
+        let kept = recent.users.lock().unwrap();
+        assert_eq!(kept.len(), REMEMBERED_USERS);
+        assert!(
+            kept.iter()
+                .all(|u| u.keys.len() <= REMEMBERED_KEYS_PER_USER)
+        );
+        drop(kept);
+        for a in sets(&users[0]) {
+            assert_eq!(recent.key(&a), review_cache_key(&a));
+        }
     }
 }
