@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use moka::Expiry;
 use moka::future::Cache;
+use prometheus_client::metrics::counter::Counter;
 use ring::{digest, hmac};
 use tokio::sync::watch;
 
@@ -34,28 +35,50 @@ pub type CacheKey = [u8; 32];
 
 /// Builds a [`CacheKey`] from fields, each length-prefixed so that no two different field lists
 /// encode alike (`["ab", "c"]` ≠ `["a", "bc"]`).
-pub enum KeyHasher {
+///
+/// Cloneable, so that a prefix shared by many keys (a user's part of a SubjectAccessReview key)
+/// is hashed once and each key pays only for what follows it ([`pad_to_block`](Self::pad_to_block)).
+#[derive(Clone)]
+pub struct KeyHasher {
+    mac: Mac,
+    /// Bytes taken so far.
+    len: usize,
+}
+
+/// The function a [`KeyHasher`] computes.
+#[derive(Clone)]
+enum Mac {
     /// Plain SHA-256, for keys built from non-secret data.
     Sha256(digest::Context),
     /// HMAC-SHA256 with a secret key, for keys built from credentials.
     Hmac(hmac::Context),
 }
 
+/// SHA-256's block: a hasher holding a whole number of them has nothing pending.
+const BLOCK_LEN: usize = 64;
+
 impl KeyHasher {
     /// A SHA-256 key builder.
     pub fn sha256() -> KeyHasher {
-        KeyHasher::Sha256(digest::Context::new(&digest::SHA256))
+        KeyHasher {
+            mac: Mac::Sha256(digest::Context::new(&digest::SHA256)),
+            len: 0,
+        }
     }
 
     /// An HMAC-SHA256 key builder with `key`.
     pub fn hmac(key: &hmac::Key) -> KeyHasher {
-        KeyHasher::Hmac(hmac::Context::with_key(key))
+        KeyHasher {
+            mac: Mac::Hmac(hmac::Context::with_key(key)),
+            len: 0,
+        }
     }
 
     fn update(&mut self, bytes: &[u8]) {
-        match self {
-            KeyHasher::Sha256(ctx) => ctx.update(bytes),
-            KeyHasher::Hmac(ctx) => ctx.update(bytes),
+        self.len = self.len.saturating_add(bytes.len());
+        match &mut self.mac {
+            Mac::Sha256(ctx) => ctx.update(bytes),
+            Mac::Hmac(ctx) => ctx.update(bytes),
         }
     }
 
@@ -74,12 +97,25 @@ impl KeyHasher {
         self
     }
 
+    /// Adds zeros up to the next block boundary, ending a prefix: a clone of the hasher then
+    /// holds nothing pending, and what each key adds after the prefix costs only its own blocks
+    /// (a prefix ending mid-block would make every key hash that block's remainder again). The
+    /// zeros keep the encoding unambiguous only after a prefix that says itself where it ends,
+    /// e.g. a fixed list of fields and counted lists: their number is then a function of that
+    /// prefix.
+    pub fn pad_to_block(&mut self) -> &mut Self {
+        let zeros = [0u8; BLOCK_LEN];
+        let missing = (BLOCK_LEN - self.len % BLOCK_LEN) % BLOCK_LEN;
+        self.update(&zeros[..missing]);
+        self
+    }
+
     /// The key.
     pub fn finish(self) -> CacheKey {
         let mut key = [0u8; 32];
-        match self {
-            KeyHasher::Sha256(ctx) => key.copy_from_slice(ctx.finish().as_ref()),
-            KeyHasher::Hmac(ctx) => key.copy_from_slice(ctx.sign().as_ref()),
+        match self.mac {
+            Mac::Sha256(ctx) => key.copy_from_slice(ctx.finish().as_ref()),
+            Mac::Hmac(ctx) => key.copy_from_slice(ctx.sign().as_ref()),
         }
         key
     }
@@ -165,6 +201,8 @@ pub struct ReviewCache<V> {
     /// on misses and by refreshes, never on a hit; at most one per entry.
     refreshes: Arc<Mutex<HashMap<CacheKey, watch::Receiver<()>>>>,
     kind: ReviewKind,
+    /// `metrics`' counter of this cache's hits, resolved once: a hit is the common case.
+    hits: Counter,
     metrics: Arc<Metrics>,
 }
 
@@ -190,6 +228,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
             ttl: Arc::new(ttl),
             refreshes: Arc::default(),
             kind,
+            hits: metrics.cache_lookups(kind, CacheResult::Hit),
             metrics,
         }
     }
@@ -207,7 +246,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
         E: Send + Sync + 'static,
     {
         if let Some(stored) = self.entries.get(&key).await {
-            self.metrics.observe_cache(self.kind, CacheResult::Hit);
+            self.hits.inc();
             if policy::refresh_ahead_due(stored.lifetime, stored.filled.elapsed())
                 && !stored.refreshing.swap(true, Ordering::AcqRel)
             {
@@ -317,6 +356,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
             ttl: Arc::clone(&self.ttl),
             refreshes: Arc::clone(&self.refreshes),
             kind: self.kind,
+            hits: self.hits.clone(),
             metrics: Arc::clone(&self.metrics),
         }
     }

@@ -533,6 +533,14 @@ impl Metrics {
             .inc();
     }
 
+    /// The counter of `cache`'s lookups served as `result`, handed to the cache once so that
+    /// counting its hits, one or two per request, costs no label lookup.
+    pub fn cache_lookups(&self, cache: ReviewKind, result: CacheResult) -> Counter {
+        self.cache_lookups
+            .get_or_create(&CacheLabels { cache, result })
+            .clone()
+    }
+
     /// Records a reload after a file change.
     pub fn observe_reload(&self, target: &'static str, result: ReloadResult) {
         self.reloads

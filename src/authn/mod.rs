@@ -211,7 +211,14 @@ impl Authenticator {
             X509Outcome::NoCertificate => {}
         }
         if let Some(tokens) = &self.tokens {
-            for presented in [bearer_token(headers), websocket_token(version, headers)] {
+            // The header first, as Kubernetes; the WebSocket subprotocol is parsed only when the
+            // header gave no user.
+            for websocket in [false, true] {
+                let presented = if websocket {
+                    websocket_token(version, headers)
+                } else {
+                    bearer_token(headers)
+                };
                 match presented {
                     Presented::Nothing => {}
                     Presented::Invalid(reason) => error = Some(reason.to_owned()),

@@ -48,14 +48,16 @@ pub fn bearer_token(headers: &HeaderMap) -> Presented<'_> {
     let Ok(value) = value.to_str() else {
         return Presented::Invalid("invalid bearer token");
     };
-    let mut parts = value.trim().splitn(3, ' ');
-    match (parts.next(), parts.next()) {
-        (Some(scheme), Some(token))
-            if scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() =>
-        {
-            Presented::Token(token.into())
-        }
-        _ => Presented::Nothing,
+    // `to_str` admitted only tab and visible ASCII, on which `trim_ascii` is Go's
+    // `strings.TrimSpace`; the token is what lies between the first space and the next.
+    let Some((scheme, rest)) = value.trim_ascii().split_once(' ') else {
+        return Presented::Nothing;
+    };
+    let token = rest.split_once(' ').map_or(rest, |(token, _)| token);
+    if scheme.eq_ignore_ascii_case("bearer") && !token.is_empty() {
+        Presented::Token(token.into())
+    } else {
+        Presented::Nothing
     }
 }
 
@@ -276,6 +278,16 @@ mod tests {
             "double space: empty token"
         );
         assert_eq!(token("Bearer"), Presented::Nothing);
+        assert_eq!(token("\tBearer abc\t"), Presented::Token("abc".into()));
+        assert_eq!(
+            token("Bearer\tabc"),
+            Presented::Nothing,
+            "only a space separates"
+        );
+        assert_eq!(
+            token("Bearer abc\tdef"),
+            Presented::Token("abc\tdef".into())
+        );
         assert_eq!(token("Basic dXNlcjpwYXNz"), Presented::Nothing);
         assert_eq!(bearer_token(&HeaderMap::new()), Presented::Nothing);
     }

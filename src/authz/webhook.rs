@@ -5,6 +5,7 @@
 //! webhooks (v1.34), the `matchConditions` that decide whether it is asked at all, evaluated before
 //! the cache is looked up.
 
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,7 +18,8 @@ use k8s_openapi::api::authorization::v1::{
 use super::match_conditions::{ConditionTrace, Match, MatchConditions, MatchError};
 use super::{API_VERSION, Attributes, AuthorizationError, Decision, Reason};
 use crate::apiserver::ApiServerClient;
-use crate::cache::{KeyHasher, ReviewCache};
+use crate::authn::User;
+use crate::cache::{CacheKey, KeyHasher, ReviewCache};
 use crate::config::authorization::{FailurePolicy, WebhookSpec};
 use crate::metrics::{Metrics, ReviewKind};
 use prometheus_client::metrics::counter::Counter;
@@ -47,6 +49,8 @@ pub struct SubjectAccessReviewAuthorizer {
     /// Reviews whose match conditions could not be evaluated.
     condition_errors: Counter,
     condition_log: ConditionErrorLog,
+    /// The cache keys of the last users and attributes seen.
+    recent_keys: RecentKeys,
 }
 
 impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
@@ -85,6 +89,7 @@ impl SubjectAccessReviewAuthorizer {
             failure_policy: spec.failure_policy,
             match_conditions: spec.match_conditions.clone(),
             condition_log: ConditionErrorLog::default(),
+            recent_keys: RecentKeys::default(),
         }
     }
 
@@ -137,7 +142,7 @@ impl SubjectAccessReviewAuthorizer {
             return Box::pin(self.review(attrs)).await;
         }
         self.cache
-            .get_or_review(review_cache_key(attrs), || self.review(attrs))
+            .get_or_review(self.recent_keys.key(attrs), || self.review(attrs))
             .await
             .map_err(|shared| (*shared).clone())
     }
@@ -248,16 +253,18 @@ pub fn review_spec(attrs: &Attributes<'_>) -> SubjectAccessReviewSpec {
 
 /// The cache key of the review of `attrs`: everything the spec is made of, so equal keys mean
 /// equal reviews; any difference in verb, namespace, resource, subresource, name, user, uid, group
-/// order or extra is a different entry, as in the kubelet.
-pub fn review_cache_key(attrs: &Attributes<'_>) -> crate::cache::CacheKey {
-    let user = attrs.user;
+/// order or extra is a different entry, as in the kubelet. The user's part comes first, padded to
+/// a SHA-256 block ([`user_key_prefix`]), so that the authorizer can hash it once per user
+/// ([`RecentKeys`]) and each request only its attributes.
+pub fn review_cache_key(attrs: &Attributes<'_>) -> CacheKey {
+    finish_review_key(user_key_prefix(attrs.user), attrs)
+}
+
+/// The user's part of a review cache key: name, uid, groups in order and extra, each
+/// length-prefixed or counted, so it says itself where it ends, then zeros to a block boundary.
+fn user_key_prefix(user: &User) -> KeyHasher {
     let mut key = KeyHasher::sha256();
-    key.field(attrs.verb.as_bytes())
-        .field(attrs.namespace.as_bytes())
-        .field(attrs.resource.as_bytes())
-        .field(attrs.subresource.as_bytes())
-        .field(attrs.name.as_bytes())
-        .field(user.name.as_bytes())
+    key.field(user.name.as_bytes())
         .field(user.uid.as_bytes())
         .count(user.groups.len());
     for group in &user.groups {
@@ -270,13 +277,117 @@ pub fn review_cache_key(attrs: &Attributes<'_>) -> crate::cache::CacheKey {
             key.field(value.as_bytes());
         }
     }
-    key.finish()
+    key.pad_to_block();
+    key
+}
+
+/// The key of `attrs` from its user's part, `prefix`.
+fn finish_review_key(mut prefix: KeyHasher, attrs: &Attributes<'_>) -> CacheKey {
+    prefix
+        .field(attrs.verb.as_bytes())
+        .field(attrs.namespace.as_bytes())
+        .field(attrs.resource.as_bytes())
+        .field(attrs.subresource.as_bytes())
+        .field(attrs.name.as_bytes());
+    prefix.finish()
+}
+
+/// How many users [`RecentKeys`] keeps: a kubelet's callers are few (the API server,
+/// monitoring, a few people); a user beyond these only costs the hashing this saves, plus a scan
+/// of this many.
+const REMEMBERED_USERS: usize = 32;
+/// How many attribute sets [`RecentKeys`] keeps the keys of, per user: a caller asks for a few
+/// subresources (`healthz`, `metrics`, `stats`, `pods`, …).
+const REMEMBERED_KEYS_PER_USER: usize = 8;
+
+/// The review cache keys of the users seen last. A user's requests all share the user's part of
+/// their keys ([`user_key_prefix`]), hashed here once, and mostly ask for the same few attribute
+/// sets, whose keys are kept: a request whose user and attributes were seen hashes nothing, one
+/// of a known user with new attributes only its attributes (one SHA-256 block for the kubelet's
+/// sets). Users and attributes are found by equality with the whole user and every attribute
+/// the key is made of, never by a digest or an address, so the key is exactly
+/// [`review_cache_key`].
+#[derive(Default)]
+struct RecentKeys {
+    /// Newest first; the oldest goes when a new user comes and there are [`REMEMBERED_USERS`].
+    users: Mutex<VecDeque<RecentUser>>,
+}
+
+/// A user [`RecentKeys`] remembers.
+struct RecentUser {
+    user: User,
+    /// The user's part of every key, hashed and padded.
+    prefix: KeyHasher,
+    /// Newest first, at most [`REMEMBERED_KEYS_PER_USER`].
+    keys: VecDeque<(KeyAttributes, CacheKey)>,
+}
+
+/// The attributes a review key is made of besides the user ([`finish_review_key`]), owned.
+struct KeyAttributes {
+    verb: String,
+    namespace: String,
+    resource: &'static str,
+    subresource: String,
+    name: String,
+}
+
+impl KeyAttributes {
+    fn new(attrs: &Attributes<'_>) -> KeyAttributes {
+        KeyAttributes {
+            verb: attrs.verb.to_owned(),
+            namespace: attrs.namespace.to_owned(),
+            resource: attrs.resource,
+            subresource: attrs.subresource.to_owned(),
+            name: attrs.name.to_owned(),
+        }
+    }
+
+    /// Whether `attrs` has these attributes, every one of them.
+    fn matches(&self, attrs: &Attributes<'_>) -> bool {
+        self.verb == attrs.verb
+            && self.namespace == attrs.namespace
+            && self.resource == attrs.resource
+            && self.subresource == attrs.subresource
+            && self.name == attrs.name
+    }
+}
+
+impl RecentKeys {
+    /// [`review_cache_key`] of `attrs`.
+    fn key(&self, attrs: &Attributes<'_>) -> CacheKey {
+        let lock = || self.users.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = lock().iter_mut().find(|known| known.user == *attrs.user) {
+            if let Some((_, key)) = known.keys.iter().find(|(seen, _)| seen.matches(attrs)) {
+                return *key;
+            }
+            // One block, hashed under the lock: less than another round of locking.
+            let key = finish_review_key(known.prefix.clone(), attrs);
+            if known.keys.len() >= REMEMBERED_KEYS_PER_USER {
+                known.keys.pop_back();
+            }
+            known.keys.push_front((KeyAttributes::new(attrs), key));
+            return key;
+        }
+        // A new user is hashed unlocked: two requests of theirs may both hash it and both keep
+        // it, which costs a slot until it is the oldest, and nothing else.
+        let prefix = user_key_prefix(attrs.user);
+        let key = finish_review_key(prefix.clone(), attrs);
+        let mut users = lock();
+        if users.len() >= REMEMBERED_USERS {
+            users.pop_back();
+        }
+        users.push_front(RecentUser {
+            user: attrs.user.clone(),
+            prefix,
+            keys: VecDeque::from([(KeyAttributes::new(attrs), key)]),
+        });
+        key
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::authn::User;
     use std::collections::BTreeMap;
 
     fn attrs<'a>(user: &'a User, verb: &'a str, subresource: &'a str) -> Attributes<'a> {
@@ -399,6 +510,103 @@ mod tests {
             ),
         ] {
             assert_ne!(reference, other, "{what} must change the key");
+        }
+    }
+
+    #[test]
+    fn recent_keys_are_the_exact_keys() {
+        let user = |name: &str, groups: &[&str], extra: &[(&str, &str)]| User {
+            name: name.into(),
+            uid: "u".into(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            extra: extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), vec![(*v).to_owned()]))
+                .collect(),
+        };
+        // Users equal but for one detail, the user part of each longer or shorter than a block.
+        let long = "system:serviceaccount:monitoring:a-rather-long-service-account-name";
+        let users = [
+            user("alice", &["a", "b"], &[]),
+            user("alice", &["b", "a"], &[]),
+            user("alice", &["a", "b"], &[("k", "v")]),
+            user("alice", &["a", "b"], &[("k", "w")]),
+            user(
+                long,
+                &["system:serviceaccounts", "system:authenticated"],
+                &[],
+            ),
+            user(long, &["system:serviceaccounts"], &[("pod-name", "x")]),
+        ];
+        // Attribute sets equal but for one attribute.
+        fn sets(u: &User) -> [Attributes<'_>; 6] {
+            let base = attrs(u, "get", "pods");
+            [
+                base,
+                Attributes {
+                    verb: "create",
+                    ..base
+                },
+                Attributes {
+                    subresource: "proxy",
+                    ..base
+                },
+                Attributes {
+                    namespace: "team-a",
+                    ..base
+                },
+                Attributes {
+                    resource: "pods",
+                    ..base
+                },
+                Attributes {
+                    name: "worker-2",
+                    ..base
+                },
+            ]
+        }
+        let recent = RecentKeys::default();
+        let mut seen = Vec::new();
+        // Twice round: first each key is hashed, then found.
+        for _ in 0..2 {
+            for u in &users {
+                for a in sets(u) {
+                    let key = recent.key(&a);
+                    assert_eq!(key, review_cache_key(&a), "{a:?}");
+                    seen.push(key);
+                }
+            }
+        }
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(
+            seen.len(),
+            users.len() * 6,
+            "every user and set has its own key"
+        );
+        // More sets of one user, and more users, than are kept: all still have their exact key.
+        for i in 0..REMEMBERED_KEYS_PER_USER * 2 {
+            let name = format!("node-{i}");
+            let a = Attributes {
+                name: &name,
+                ..attrs(&users[0], "get", "pods")
+            };
+            assert_eq!(recent.key(&a), review_cache_key(&a));
+        }
+        for i in 0..REMEMBERED_USERS * 2 {
+            let u = user(&format!("user-{i}"), &["g"], &[]);
+            let a = attrs(&u, "get", "pods");
+            assert_eq!(recent.key(&a), review_cache_key(&a));
+        }
+        let kept = recent.users.lock().unwrap();
+        assert_eq!(kept.len(), REMEMBERED_USERS);
+        assert!(
+            kept.iter()
+                .all(|u| u.keys.len() <= REMEMBERED_KEYS_PER_USER)
+        );
+        drop(kept);
+        for a in sets(&users[0]) {
+            assert_eq!(recent.key(&a), review_cache_key(&a));
         }
     }
 }

@@ -24,6 +24,40 @@ fn fields_are_length_prefixed() {
     assert_ne!(h.finish(), plain.finish());
 }
 
+#[test]
+fn padding_ends_a_prefix_at_a_block() {
+    let key = |fields: &[&[u8]], pad: bool| {
+        let mut h = KeyHasher::sha256();
+        for f in &fields[..1] {
+            h.field(f);
+        }
+        if pad {
+            h.pad_to_block();
+        }
+        for f in &fields[1..] {
+            h.field(f);
+        }
+        h.finish()
+    };
+    // 4 + 60 bytes: already at a block boundary, padding adds nothing.
+    let aligned: &[&[u8]] = &[&[7; 60], b"x"];
+    assert_eq!(key(aligned, true), key(aligned, false));
+    // Otherwise zeros are added, which only the prefix's own encoding tells from data.
+    let short: &[&[u8]] = &[b"ab", b"c"];
+    assert_ne!(key(short, true), key(short, false));
+    let mut explicit = KeyHasher::sha256();
+    explicit.field(b"ab");
+    explicit.update(&[0; 58]);
+    explicit.field(b"c");
+    assert_eq!(key(short, true), explicit.finish());
+    // A clone of a padded prefix goes on exactly as the original would.
+    let mut prefix = KeyHasher::sha256();
+    prefix.field(b"ab").pad_to_block();
+    let mut clone = prefix.clone();
+    clone.field(b"c");
+    assert_eq!(clone.finish(), key(short, true));
+}
+
 #[tokio::test]
 async fn concurrent_misses_make_one_call_and_errors_are_not_kept() {
     let metrics = Arc::new(Metrics::new());
