@@ -7,8 +7,9 @@
 //!
 //! A request flows through the modules in this order (see [`server`] for the pipeline itself):
 //!
-//! - [`serving_threads`]: the threads that accept and serve client connections, each with its
-//!   own event loop and kubelet connection pool, so a request stays on one thread.
+//! - [`serving_threads`]: the threads that serve client connections, each with its own event
+//!   loop and kubelet connection pool, so a request stays on one thread; the main runtime's
+//!   accept loops ([`server`]) hand each connection to the thread serving the fewest.
 //! - [`connection`]: each client connection's deadlines (first request, idle) and its place under
 //!   `--max-connections`; [`descriptors`]: the open-file budget those places fit in.
 //! - [`tls`]: rustls serving config; client certificates are requested, never required, and only

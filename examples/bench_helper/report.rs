@@ -548,6 +548,16 @@ fn fmt_kib(v: Option<u64>) -> String {
     }))
 }
 
+/// A ratio as `0.87×`.
+fn fmt_times(r: Option<f64>) -> String {
+    or_dash(r.map(|r| format!("{r:.2}×")))
+}
+
+/// Whether a target met so far stays met with one more figure; unknown once a figure is.
+fn all_of(so_far: Option<bool>, this: Option<bool>) -> Option<bool> {
+    so_far.zip(this).map(|(a, b)| a && b)
+}
+
 fn yes_no(met: Option<bool>) -> &'static str {
     match met {
         Some(true) => "yes",
@@ -578,7 +588,6 @@ fn goals(run: &Run) -> Vec<Goal> {
         for (case, what) in [("a-x509", "x509"), ("b-token", "warm-token")] {
             let rps = |t: &str| run.load(case, t).and_then(|l| l.rps);
             let of_direct = ratio(rps(proxy), rps(DIRECT));
-            let of_reference = ratio(rps(proxy), rps(REFERENCE));
             push(
                 if what == "x509" {
                     "x509 requests/s ≥ 50% of direct"
@@ -588,41 +597,89 @@ fn goals(run: &Run) -> Vec<Goal> {
                 format!("{} of direct", fmt_pct(of_direct)),
                 of_direct.map(|r| r >= 0.5),
             );
-            push(
-                if what == "x509" {
-                    "x509 requests/s above the nginx reference"
-                } else {
-                    "warm-token requests/s above the nginx reference"
-                },
-                format!(
-                    "{} vs {} req/s ({} of nginx's)",
-                    fmt_rps(rps(proxy)),
-                    fmt_rps(rps(REFERENCE)),
-                    fmt_pct(of_reference)
-                ),
-                of_reference.map(|r| r > 1.0),
+        }
+        // Against the nginx reference, every load case a–e: the proxy must be clearly cheaper
+        // and faster, by a margin the noise of a shared machine does not close.
+        let mut cpu_figures = Vec::new();
+        let mut rps_figures = Vec::new();
+        let mut rss_figures = Vec::new();
+        let (mut cpu_met, mut rps_met, mut rss_met) = (Some(true), Some(true), Some(true));
+        for (case, _, _) in &CASES[..5] {
+            let load = |t: &str| run.load(case, t);
+            let letter = &case[..1];
+            let cpu = |t: &str| load(t).and_then(|l| l.cpu_us_per_request);
+            let cpu_ratio = ratio(cpu(proxy), cpu(REFERENCE));
+            cpu_figures.push(format!(
+                "{letter}: {} vs {} ({})",
+                fmt_us(cpu(proxy)),
+                fmt_us(cpu(REFERENCE)),
+                fmt_times(cpu_ratio)
+            ));
+            cpu_met = all_of(cpu_met, cpu_ratio.map(|r| r <= 0.8));
+            let rps = |t: &str| load(t).and_then(|l| l.rps);
+            let rps_ratio = ratio(rps(proxy), rps(REFERENCE));
+            rps_figures.push(format!(
+                "{letter}: {} vs {} ({})",
+                fmt_rps(rps(proxy)),
+                fmt_rps(rps(REFERENCE)),
+                fmt_times(rps_ratio)
+            ));
+            rps_met = all_of(rps_met, rps_ratio.map(|r| r >= 1.1));
+            let rss = |t: &str| load(t).and_then(|l| l.peak_rss_kib);
+            rss_figures.push(format!(
+                "{letter}: {} vs {}",
+                fmt_kib(rss(proxy)),
+                fmt_kib(rss(REFERENCE))
+            ));
+            rss_met = all_of(
+                rss_met,
+                rss(proxy)
+                    .zip(rss(REFERENCE))
+                    .map(|(ours, theirs)| ours <= theirs),
             );
         }
-        let mut figures = Vec::new();
-        let mut all = Some(true);
-        for (case, _, _) in &CASES[..5] {
-            let cpu = |t: &str| run.load(case, t).and_then(|l| l.cpu_us_per_request);
-            let (ours, theirs) = (cpu(proxy), cpu(REFERENCE));
-            figures.push(format!(
-                "{}: {} vs {}",
-                &case[..1],
-                fmt_us(ours),
-                fmt_us(theirs)
-            ));
-            all = match (all, ours, theirs) {
-                (Some(so_far), Some(o), Some(t)) => Some(so_far && o < t),
-                _ => None,
-            };
+        push(
+            "CPU per request ≤ 0.8 × the nginx reference's (cases a–e)",
+            cpu_figures.join("; "),
+            cpu_met,
+        );
+        push(
+            "requests/s ≥ 1.1 × the nginx reference's (cases a–e)",
+            rps_figures.join("; "),
+            rps_met,
+        );
+        push(
+            "peak RSS under load ≤ the nginx reference's (cases a–e)",
+            rss_figures.join("; "),
+            rss_met,
+        );
+        let mut ir_figures = Vec::new();
+        let mut ir_met = Some(true);
+        for setup in ["x509", "token"] {
+            for connections in [1, 8, 64] {
+                let ir = |t: &str| {
+                    run.det(setup, connections, t)
+                        .and_then(Det::instructions_per_request)
+                };
+                let (ours, theirs) = (ir(proxy), ir(REFERENCE));
+                if ours.is_none() && theirs.is_none() {
+                    continue;
+                }
+                ir_figures.push(format!(
+                    "{setup}/{connections}: {} vs {}",
+                    fmt_count(ours),
+                    fmt_count(theirs)
+                ));
+                ir_met = all_of(ir_met, ours.zip(theirs).map(|(o, t)| o <= t));
+            }
+        }
+        if ir_figures.is_empty() {
+            ir_met = None;
         }
         push(
-            "CPU per request below the nginx reference's (cases a–e)",
-            figures.join("; "),
-            all,
+            "instructions per request (callgrind, handshakes included) ≤ the nginx reference's at 1, 8 and 64 connections",
+            or_dash((!ir_figures.is_empty()).then(|| ir_figures.join("; "))),
+            ir_met,
         );
         for (case, what) in [("f-x509-1conn", "x509"), ("g-token-1conn", "warm token")] {
             let p50 = |t: &str| run.load(case, t).and_then(|l| l.p50_ms);
@@ -662,6 +719,15 @@ fn goals(run: &Run) -> Vec<Goal> {
             ),
             stream.map(|r| r >= 0.8),
         );
+        let against_reference = ratio(run.median_stream(proxy), run.median_stream(REFERENCE));
+        push(
+            "streaming ≥ the nginx reference",
+            format!(
+                "{} of the nginx reference's MB/s",
+                fmt_times(against_reference)
+            ),
+            against_reference.map(|r| r >= 1.0),
+        );
         let idle_peak = |t: &str| {
             run.conn_steps(t)
                 .into_iter()
@@ -689,6 +755,15 @@ fn goals(run: &Run) -> Vec<Goal> {
                 per_connection(REFERENCE)
             ),
             per.map(|k| k < 32.0),
+        );
+        push(
+            "≤ 21 KiB per idle TLS connection",
+            format!(
+                "{} (nginx reference {})",
+                per_connection(proxy),
+                per_connection(REFERENCE)
+            ),
+            per.map(|k| k <= 21.0),
         );
         let burst_count: u64 = run
             .meta
