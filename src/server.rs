@@ -614,12 +614,11 @@ impl Accepted {
             handshake_timeout: self.limits.handshake_timeout,
             deadlines: self.limits.deadlines,
             shutdown: self.shutdown.clone(),
+            _load: load,
         };
-        let connection = serve_connection(tcp, peer, acceptor, http, lane, slot, limits);
-        self.shutdown.spawn(async move {
-            connection.await;
-            drop(load);
-        });
+        self.shutdown.spawn(serve_connection(
+            tcp, peer, acceptor, http, lane, slot, limits,
+        ));
     }
 }
 
@@ -674,6 +673,11 @@ struct Connection {
     deadlines: Deadlines,
     /// Draining closes the connection gracefully; closing drops it.
     shutdown: Shutdown,
+    /// The connection's place in its serving thread's count, given back when it ends. Held in
+    /// the connection's own future: a wrapping `async` block would hold that future twice (the
+    /// captured one and the one awaited), doubling every connection's task (measured: 34.8 →
+    /// 43.3 KiB per idle connection).
+    _load: Load,
 }
 
 async fn serve_connection(

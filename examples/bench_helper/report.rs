@@ -1249,7 +1249,8 @@ fn deterministic_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&str) -> Stri
          worker_processes 1;`, otherwise the configuration below): the process that serves is \
          the one callgrind runs and the one counted, without a fork to follow \
          (`--trace-children`) or a master's counts to add. The proxy runs as it always does \
-         (one process, tokio's multi-threaded runtime, a worker thread per core).\n",
+         (one process: a serving thread per core, each with its own event loop and kubelet \
+         connections, and the main runtime that accepts and hands connections to them).\n",
         n = meta("det_requests"),
         warm = meta("det_warmup"),
         secs = meta("det_wall_s"),
