@@ -548,6 +548,32 @@ fn fmt_kib(v: Option<u64>) -> String {
     }))
 }
 
+/// One figure of `proxy` against the nginx reference in every load case a–e: the figures, and
+/// whether `met` holds for the ratio in every case.
+fn against_reference(
+    run: &Run,
+    proxy: &str,
+    figure: fn(&Load) -> Option<f64>,
+    fmt: fn(Option<f64>) -> String,
+    met: fn(f64) -> bool,
+) -> (String, Option<bool>) {
+    let mut figures = Vec::new();
+    let mut all = Some(true);
+    for (case, _, _) in &CASES[..5] {
+        let value = |t: &str| run.load(case, t).and_then(figure);
+        let r = ratio(value(proxy), value(REFERENCE));
+        figures.push(format!(
+            "{}: {} vs {} ({})",
+            &case[..1],
+            fmt(value(proxy)),
+            fmt(value(REFERENCE)),
+            fmt_times(r)
+        ));
+        all = all_of(all, r.map(met));
+    }
+    (figures.join("; "), all)
+}
+
 /// A ratio as `0.87×`.
 fn fmt_times(r: Option<f64>) -> String {
     or_dash(r.map(|r| format!("{r:.2}×")))
@@ -600,34 +626,17 @@ fn goals(run: &Run) -> Vec<Goal> {
         }
         // Against the nginx reference, every load case a–e: the proxy must be clearly cheaper
         // and faster, by a margin the noise of a shared machine does not close.
-        let mut cpu_figures = Vec::new();
-        let mut rps_figures = Vec::new();
+        let (cpu_figures, cpu_met) =
+            against_reference(run, proxy, |l| l.cpu_us_per_request, fmt_us, |r| r <= 0.8);
+        let (rps_figures, rps_met) =
+            against_reference(run, proxy, |l| l.rps, fmt_rps, |r| r >= 1.1);
         let mut rss_figures = Vec::new();
-        let (mut cpu_met, mut rps_met, mut rss_met) = (Some(true), Some(true), Some(true));
+        let mut rss_met = Some(true);
         for (case, _, _) in &CASES[..5] {
-            let load = |t: &str| run.load(case, t);
-            let letter = &case[..1];
-            let cpu = |t: &str| load(t).and_then(|l| l.cpu_us_per_request);
-            let cpu_ratio = ratio(cpu(proxy), cpu(REFERENCE));
-            cpu_figures.push(format!(
-                "{letter}: {} vs {} ({})",
-                fmt_us(cpu(proxy)),
-                fmt_us(cpu(REFERENCE)),
-                fmt_times(cpu_ratio)
-            ));
-            cpu_met = all_of(cpu_met, cpu_ratio.map(|r| r <= 0.8));
-            let rps = |t: &str| load(t).and_then(|l| l.rps);
-            let rps_ratio = ratio(rps(proxy), rps(REFERENCE));
-            rps_figures.push(format!(
-                "{letter}: {} vs {} ({})",
-                fmt_rps(rps(proxy)),
-                fmt_rps(rps(REFERENCE)),
-                fmt_times(rps_ratio)
-            ));
-            rps_met = all_of(rps_met, rps_ratio.map(|r| r >= 1.1));
-            let rss = |t: &str| load(t).and_then(|l| l.peak_rss_kib);
+            let rss = |t: &str| run.load(case, t).and_then(|l| l.peak_rss_kib);
             rss_figures.push(format!(
-                "{letter}: {} vs {}",
+                "{}: {} vs {}",
+                &case[..1],
                 fmt_kib(rss(proxy)),
                 fmt_kib(rss(REFERENCE))
             ));
@@ -640,12 +649,12 @@ fn goals(run: &Run) -> Vec<Goal> {
         }
         push(
             "CPU per request ≤ 0.8 × the nginx reference's (cases a–e)",
-            cpu_figures.join("; "),
+            cpu_figures,
             cpu_met,
         );
         push(
             "requests/s ≥ 1.1 × the nginx reference's (cases a–e)",
-            rps_figures.join("; "),
+            rps_figures,
             rps_met,
         );
         push(
