@@ -72,6 +72,7 @@ pub mod explain;
 pub mod generation;
 pub mod handover;
 pub mod held_body;
+pub mod http_server;
 pub mod listen_fds;
 pub mod metrics;
 pub mod probe;

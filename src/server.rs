@@ -21,8 +21,6 @@ use http::{Method, Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::{Body, Incoming};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use rustls::pki_types::UnixTime;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
@@ -42,6 +40,7 @@ use crate::connection::{self, Activity, ConnectionSlot, Deadlines, Ended};
 use crate::decision::{Decider, Judgement, Refusal, RequestDecision, Unobserved, Verdict};
 use crate::handover::HandoverSockets;
 use crate::held_body::Holding;
+use crate::http_server::HttpServer;
 use crate::listen_fds::{Inherited, Role};
 use crate::metrics::{Metrics, Outcome, RequestLabels};
 use crate::proxy::{ForwardError, Forwarder, UpgradedStream, cause, headers};
@@ -353,13 +352,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         },
         grace_period: config.shutdown_grace_period,
     };
-    let mut http = auto::Builder::new(TokioExecutor::new());
-    http.http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(config.header_read_timeout);
-    http.http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(250);
+    let http = HttpServer::new(config.header_read_timeout);
     let serving_tls = Arc::clone(&config.server_tls);
     let watcher = crate::reload::FileWatcher::new(config.reloads.into_targets());
     tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown.draining().clone()));
@@ -581,7 +574,7 @@ fn accept_queued(listener: TcpListener, slots: &Arc<Semaphore>, dispatcher: &Dis
 /// What every connection a serving thread is handed is served with.
 struct Accepted {
     serving_tls: Arc<Reloadable<rustls::ServerConfig>>,
-    http: Arc<auto::Builder<TokioExecutor>>,
+    http: Arc<HttpServer>,
     lane: Arc<Lane>,
     limits: Limits,
     shutdown: Shutdown,
@@ -680,68 +673,59 @@ struct Connection {
     _load: Load,
 }
 
+/// Serves one client connection: the TLS handshake, then HTTP until the connection ends.
+///
+/// The task's future is kept small, as every open connection holds one: the handshake runs in its
+/// own boxed future (freed once it is done), and the TLS session only lives inside the boxed
+/// HTTP connection, not also in this future's frame.
 async fn serve_connection(
     tcp: TcpStream,
     peer: SocketAddr,
     acceptor: TlsAcceptor,
-    http: Arc<auto::Builder<TokioExecutor>>,
+    http: Arc<HttpServer>,
     lane: Arc<Lane>,
     slot: Arc<ConnectionSlot>,
     limits: Connection,
 ) {
     let pipeline = &lane.pipeline;
-    let _ = tcp.set_nodelay(true);
-    let handshake = tokio::select! {
-        handshake = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)) => handshake,
-        () = limits.shutdown.closing().cancelled() => return,
-    };
-    let tls = match handshake {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
-            pipeline.metrics.handshake_failed();
-            debug!(%peer, error = %e, "TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            pipeline.metrics.handshake_failed();
-            debug!(%peer, "TLS handshake timed out");
-            return;
-        }
-    };
-    let identity = Arc::new(
-        pipeline
-            .authenticator
-            .authenticate_connection(tls.get_ref().1.peer_certificates(), UnixTime::now()),
-    );
     let activity = Activity::new();
     let metrics = Arc::clone(&pipeline.metrics);
-    let service = {
-        let activity = activity.clone();
-        let lane = Arc::clone(&lane);
-        service_fn(move |req| {
-            let in_flight = activity.begin();
+    let conn = {
+        let handshake = Box::pin(handshake(tcp, peer, acceptor, &limits, &metrics));
+        let Some(tls) = handshake.await else {
+            return;
+        };
+        let identity = Arc::new(
+            pipeline
+                .authenticator
+                .authenticate_connection(tls.get_ref().1.peer_certificates(), UnixTime::now()),
+        );
+        let service = {
+            let activity = activity.clone();
             let lane = Arc::clone(&lane);
-            let identity = Arc::clone(&identity);
-            let slot = Arc::clone(&slot);
-            // Boxed: hyper keeps a slot the size of the service's future in every connection for
-            // its whole life, idle ones included. The pipeline's future (authentication,
-            // authorization and forwarding state) takes kilobytes; boxed, the slot is a pointer
-            // and that memory is only held while a request is in flight.
-            Box::pin(async move {
-                let response = lane
-                    .pipeline
-                    .handle(&lane.forwarder, &identity, peer, req, slot)
-                    .await;
-                Ok::<_, Infallible>(response.map(|body| Holding::new(body, Some(in_flight))))
+            service_fn(move |req| {
+                let in_flight = activity.begin();
+                let lane = Arc::clone(&lane);
+                let identity = Arc::clone(&identity);
+                let slot = Arc::clone(&slot);
+                // Boxed: hyper keeps a slot the size of the service's future in every connection
+                // for its whole life, idle ones included. The pipeline's future (authentication,
+                // authorization and forwarding state) takes kilobytes; boxed, the slot is a
+                // pointer and that memory is only held while a request is in flight.
+                Box::pin(async move {
+                    let response = lane
+                        .pipeline
+                        .handle(&lane.forwarder, &identity, peer, req, slot)
+                        .await;
+                    Ok::<_, Infallible>(response.map(|body| Holding::new(body, Some(in_flight))))
+                })
             })
-        })
+        };
+        http.serve(tls, service)
     };
-    let conn = http
-        .serve_connection_with_upgrades(TokioIo::new(tls), service)
-        .into_owned();
     let ended = connection::drive(
         conn,
-        |conn| conn.graceful_shutdown(),
+        |conn| conn.get_mut().graceful_shutdown(),
         &activity,
         limits.deadlines,
         &limits.shutdown,
@@ -753,6 +737,36 @@ async fn serve_connection(
         Ended::TimedOut => {
             metrics.connection_timed_out();
             debug!(%peer, "connection closed: no request within its deadline");
+        }
+    }
+}
+
+/// The TLS handshake of a client connection, bounded by --header-read-timeout and cut short by
+/// the end of the shutdown grace period; `None` when it failed (counted and logged here).
+async fn handshake(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    acceptor: TlsAcceptor,
+    limits: &Connection,
+    metrics: &Metrics,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let _ = tcp.set_nodelay(true);
+    let accept = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp));
+    let handshake = tokio::select! {
+        handshake = accept => handshake,
+        () = limits.shutdown.closing().cancelled() => return None,
+    };
+    match handshake {
+        Ok(Ok(tls)) => Some(tls),
+        Ok(Err(e)) => {
+            metrics.handshake_failed();
+            debug!(%peer, error = %e, "TLS handshake failed");
+            None
+        }
+        Err(_) => {
+            metrics.handshake_failed();
+            debug!(%peer, "TLS handshake timed out");
+            None
         }
     }
 }

@@ -9,6 +9,7 @@ use crate::support::client::{
 };
 use crate::support::harness::ProxySpec;
 use crate::support::pki::CertSpec;
+use crate::support::raw::{connect, exchange, statuses, tls_config};
 
 #[tokio::test]
 async fn alpn_serves_http2_and_http1() {
@@ -35,6 +36,42 @@ async fn alpn_serves_http2_and_http1() {
             ("GET", "/echo", "via=alpn")
         );
     }
+}
+
+/// Without ALPN a connection is HTTP/1.1, as with the kubelet's Go server: a request is answered
+/// in HTTP/1.1, and the HTTP/2 connection preface is not taken for HTTP/2 (over TLS, HTTP/2 is
+/// only ever negotiated, RFC 9113 section 3.2).
+#[tokio::test]
+async fn without_alpn_a_connection_is_http1() {
+    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        .start()
+        .await;
+    let alice = h.ca.issue(&CertSpec::client("alice"));
+    let no_alpn = tls_config(h.ca.cert(), Some(&alice), &[]);
+
+    let mut tls = connect(h.addr(), no_alpn.clone()).await.unwrap();
+    assert_eq!(tls.get_ref().1.alpn_protocol(), None);
+    let received = exchange(
+        &mut tls,
+        b"GET /echo HTTP/1.1\r\nhost: node\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert_eq!(
+        statuses(&received),
+        [200],
+        "{}",
+        String::from_utf8_lossy(&received)
+    );
+
+    let mut tls = connect(h.addr(), no_alpn).await.unwrap();
+    // The preface, then an empty SETTINGS frame.
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+    let received = exchange(&mut tls, preface).await;
+    // An HTTP/2 server would answer with its own SETTINGS frame.
+    assert!(
+        received.is_empty() || received.starts_with(b"HTTP/1.1 "),
+        "not an HTTP/1.1 server's answer: {received:?}"
+    );
 }
 
 #[tokio::test]
