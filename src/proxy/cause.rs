@@ -8,6 +8,7 @@ use std::io;
 use rustls::{AlertDescription, CertificateError};
 
 use super::ForwardError;
+use super::forwarder::UPSTREAM_READ_BUFFER_MAX;
 
 /// The kinds of upstream failure, a small fixed set (metrics label values).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -67,6 +68,17 @@ pub fn diagnose(error: &ForwardError) -> Diagnosis {
     while let Some(e) = next {
         if let Some(tls) = e.downcast_ref::<rustls::Error>() {
             return tls_cause(tls);
+        }
+        if e.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_parse_too_large)
+        {
+            return diagnosis(
+                Cause::Protocol,
+                format!(
+                    "the kubelet's response head is larger than {} KiB, the most the proxy reads",
+                    UPSTREAM_READ_BUFFER_MAX / 1024
+                ),
+            );
         }
         if let Some(io) = e.downcast_ref::<io::Error>() {
             if let Some(tls) = io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {

@@ -28,12 +28,19 @@ const POOL_AUTHORITY: Authority = Authority::from_static("k");
 /// Idle upstream connections are closed after this long (the kubelet's own idle timeout is
 /// longer, so we close first and never reuse a connection it is closing).
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// At most this many idle connections are kept, in each pool (one per serving thread). It must be above the number of requests in
-/// flight at busy times: a connection returned to a full pool is closed, and the next request pays
-/// a new TLS handshake with the kubelet (measured: a cap of 32 under 64 concurrent clients opened
-/// 10,230 connections in 10 s and cut throughput twentyfold). Idle connections still close after
-/// `POOL_IDLE_TIMEOUT`.
+/// At most this many idle connections are kept, in each pool (one per serving thread). It must be
+/// above the number of requests in flight at busy times: a connection returned to a full pool is
+/// closed, and the next request pays a new TLS handshake with the kubelet (measured: a cap of 32
+/// under 64 concurrent clients opened 10,230 connections in 10 s and cut throughput twentyfold).
+/// Idle connections still close after `POOL_IDLE_TIMEOUT`.
 const POOL_MAX_IDLE: usize = 1024;
+/// Most bytes hyper buffers from an upstream connection; a response head still incomplete at this
+/// size is refused (502, cause `protocol`). With hyper's default (about 400 KiB) each connection's read buffer grows
+/// while a large body streams, its chunks still holding the buffers they were cut from: 64
+/// responses of 1 MiB at once peaked at 76 MiB of RSS (nginx 55). 64 KiB: 33 MiB, for 4% more
+/// CPU per response and the same streaming rate; 16 KiB: 26 MiB, but 22% more CPU, as every
+/// read then carries less than a TLS record. Measured in docs/PERFORMANCE.md.
+pub(super) const UPSTREAM_READ_BUFFER_MAX: usize = 64 * 1024;
 
 /// Sends authorized requests to one kubelet over a pool of HTTP/1.1 connections.
 ///
@@ -295,6 +302,7 @@ fn pooled_client(connector: &UpstreamConnector) -> Client<UpstreamConnector, Inc
         .pool_timer(TokioTimer::new())
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(POOL_MAX_IDLE)
+        .http1_max_buf_size(UPSTREAM_READ_BUFFER_MAX)
         .set_host(false)
         .build(connector.clone())
 }

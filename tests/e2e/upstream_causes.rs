@@ -8,6 +8,7 @@ use std::sync::Arc;
 use http::StatusCode;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
 
@@ -182,6 +183,43 @@ async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
 /// The kubelet's own certificate names the node, not 127.0.0.1: without
 /// `--upstream-server-name`, a loopback upstream is also accepted for the node's name, and only
 /// for it.
+/// A kubelet response head that does not fit the proxy's upstream read buffer (64 KiB) is a 502
+/// whose logged cause says so. The head is 200 KiB: hyper checks the size when a head is still
+/// incomplete after a read, and one read cannot take a head that large past the limit at once.
+#[tokio::test]
+async fn a_response_head_over_64_kib_is_named() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buffer = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match tcp.read(&mut buffer).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buffer[..n]),
+                    }
+                }
+                let big = "a".repeat(200 * 1024);
+                let answer =
+                    format!("HTTP/1.1 200 OK\r\ncontent-length: 0\r\nx-big: {big}\r\n\r\n");
+                let _ = tcp.write_all(answer.as_bytes()).await;
+                // Held open until the proxy gives up on it.
+                let _ = tcp.read(&mut buffer).await;
+            });
+        }
+    });
+    let outcome = one_request("head-too-large", &upstream, |_| String::new()).await;
+    outcome.assert_cause(
+        "protocol",
+        &[
+            "response head is larger than 64 KiB",
+            "\"cause\":\"protocol\"",
+        ],
+    );
+}
+
 #[tokio::test]
 async fn a_loopback_kubelet_certified_for_the_node_name_needs_no_server_name() {
     let kubelet_ca = Authority::root("node name CA");
