@@ -10,6 +10,8 @@
 //! - [`serving_threads`]: the threads that serve client connections, each with its own event
 //!   loop and kubelet connection pool, so a request stays on one thread; the main runtime's
 //!   accept loops ([`server`]) hand each connection to the thread serving the fewest.
+//! - [`http_server`]: the HTTP server a connection gets, by the protocol its TLS handshake agreed
+//!   (HTTP/2 for ALPN `h2`, HTTP/1.1 otherwise, as the kubelet).
 //! - [`connection`]: each client connection's deadlines (first request, idle) and its place under
 //!   `--max-connections`; [`descriptors`]: the open-file budget those places fit in.
 //! - [`tls`]: rustls serving config; client certificates are requested, never required, and only
