@@ -35,11 +35,12 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// Idle connections still close after `POOL_IDLE_TIMEOUT`.
 const POOL_MAX_IDLE: usize = 1024;
 /// Most bytes hyper buffers from an upstream connection; a response head still incomplete at this
-/// size is refused (502, cause `protocol`). With hyper's default (about 400 KiB) each connection's read buffer grows
-/// while a large body streams, its chunks still holding the buffers they were cut from: 64
-/// responses of 1 MiB at once peaked at 76 MiB of RSS (nginx 55). 64 KiB: 33 MiB, for 4% more
-/// CPU per response and the same streaming rate; 16 KiB: 26 MiB, but 22% more CPU, as every
-/// read then carries less than a TLS record. Measured in docs/PERFORMANCE.md.
+/// size is refused (502, cause `protocol`). With hyper's default (about 400 KiB) each
+/// connection's read buffer grows while a large body streams, its chunks still holding the
+/// buffers they were cut from: 64 responses of 1 MiB at once peaked at 76 MiB of RSS (nginx 55).
+/// 64 KiB: 33 MiB, for 4% more CPU per response and the same streaming rate; 16 KiB: 26 MiB, but
+/// 22% more CPU, as every read then carries less than a TLS record. Measured in
+/// docs/PERFORMANCE.md.
 pub(super) const UPSTREAM_READ_BUFFER_MAX: usize = 64 * 1024;
 
 /// Sends authorized requests to one kubelet over a pool of HTTP/1.1 connections.
