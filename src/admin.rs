@@ -126,7 +126,7 @@ pub struct AdminSocket {
 }
 
 impl AdminSocket {
-    /// Binds `path` (see [`bind_unix`]) and serves the admin endpoints there.
+    /// Binds `path` (see `bind_unix`) and serves the admin endpoints there.
     pub fn serve(
         path: PathBuf,
         metrics: Arc<Metrics>,

@@ -22,7 +22,7 @@
 //!
 //! CEL is the `cel` crate (cel-rust) with its standard library and its strings extension, the
 //! part of kube-apiserver's CEL environment that applies to a SubjectAccessReview. cel-rust has no
-//! type checker; [`check`] stands in for the part of kube-apiserver's that catches the usual
+//! type checker; `check` stands in for the part of kube-apiserver's that catches the usual
 //! mistakes at load: a name other than `request`, a field `request` does not declare, a result
 //! that cannot be a `bool`, a malformed regular expression literal, and the functions of
 //! Kubernetes' own CEL libraries, which cel-rust does not provide.

@@ -254,8 +254,8 @@ pub fn review_spec(attrs: &Attributes<'_>) -> SubjectAccessReviewSpec {
 /// The cache key of the review of `attrs`: everything the spec is made of, so equal keys mean
 /// equal reviews; any difference in verb, namespace, resource, subresource, name, user, uid, group
 /// order or extra is a different entry, as in the kubelet. The user's part comes first, padded to
-/// a SHA-256 block ([`user_key_prefix`]), so that the authorizer can hash it once per user
-/// ([`RecentKeys`]) and each request only its attributes.
+/// a SHA-256 block (`user_key_prefix`), so that the authorizer can hash it once per user
+/// (`RecentKeys`) and each request only its attributes.
 pub fn review_cache_key(attrs: &Attributes<'_>) -> CacheKey {
     finish_review_key(user_key_prefix(attrs.user), attrs)
 }

@@ -56,7 +56,7 @@ pub struct ProxyFlags {
     /// Address and port to serve the kubelet API on; repeat it to serve on several (an IPv4 and
     /// an IPv6 address of a dual-stack node, the IPv6 one in brackets). A port alone, `:PORT`,
     /// is every address of the families the kubelet does not listen on with that port: 0.0.0.0
-    /// beside a kubelet on [::1]:PORT, [::] beside one on 127.0.0.1:PORT, both otherwise.
+    /// beside a kubelet on `[::1]:PORT`, `[::]` beside one on 127.0.0.1:PORT, both otherwise.
     #[arg(
         long,
         value_name = "ADDR:PORT",
