@@ -27,6 +27,32 @@ type Io = TokioIo<TlsStream<TcpStream>>;
 /// kubelet's).
 const HTTP2_MAX_CONCURRENT_STREAMS: u32 = 250;
 
+/// An error hyper can carry.
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What both protocols' servers need of the request handler, said once: a service answering with
+/// a body, all of it sendable to the runtime's tasks (HTTP/2 runs each stream as a task).
+pub trait Service:
+    HttpService<Incoming, ResBody = Self::Body, Error: Into<BoxError>, Future: Send + 'static>
+    + Send
+    + 'static
+{
+    /// The response body.
+    type Body: Body<Data: Send, Error: Into<BoxError>> + Send + 'static;
+}
+
+impl<S, B> Service for S
+where
+    S: HttpService<Incoming, ResBody = B> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<BoxError>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<BoxError>,
+{
+    type Body = B;
+}
+
 /// The settings of both protocols' servers, built once and shared by every connection.
 pub struct HttpServer {
     http1: http1::Builder,
@@ -49,15 +75,7 @@ impl HttpServer {
 
     /// Serves `tls` with `service` in the protocol its handshake agreed; HTTP/1.1 connections
     /// may be upgraded (exec, attach, port-forward).
-    pub fn serve<S, B>(&self, tls: TlsStream<TcpStream>, service: S) -> Served<S>
-    where
-        S: HttpService<Incoming, ResBody = B> + Send + 'static,
-        S::Future: Send + 'static,
-        S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-        B: Body + Send + 'static,
-        B::Data: Send,
-        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    {
+    pub fn serve<S: Service>(&self, tls: TlsStream<TcpStream>, service: S) -> Served<S> {
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
         let io = TokioIo::new(tls);
         if h2 {
@@ -71,22 +89,14 @@ impl HttpServer {
 }
 
 /// One connection being served: a future that ends with the connection.
-pub enum Served<S: HttpService<Incoming>> {
+pub enum Served<S: Service> {
     /// HTTP/1.1, upgrades allowed.
     Http1(Pin<Box<http1::UpgradeableConnection<Io, S>>>),
     /// HTTP/2.
     Http2(Pin<Box<http2::Connection<Io, S, TokioExecutor>>>),
 }
 
-impl<S, B> Served<S>
-where
-    S: HttpService<Incoming, ResBody = B> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+impl<S: Service> Served<S> {
     /// Stops taking requests and ends the connection once those in flight are answered
     /// (HTTP/2: GOAWAY).
     pub fn graceful_shutdown(&mut self) {
@@ -97,15 +107,7 @@ where
     }
 }
 
-impl<S, B> Future for Served<S>
-where
-    S: HttpService<Incoming, ResBody = B> + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
+impl<S: Service> Future for Served<S> {
     type Output = hyper::Result<()>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {

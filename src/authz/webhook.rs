@@ -5,6 +5,7 @@
 //! webhooks (v1.34), the `matchConditions` that decide whether it is asked at all, evaluated before
 //! the cache is looked up.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -49,8 +50,6 @@ pub struct SubjectAccessReviewAuthorizer {
     /// Reviews whose match conditions could not be evaluated.
     condition_errors: Counter,
     condition_log: ConditionErrorLog,
-    /// The cache keys of the last users and attributes seen.
-    recent_keys: RecentKeys,
 }
 
 impl std::fmt::Debug for SubjectAccessReviewAuthorizer {
@@ -89,7 +88,6 @@ impl SubjectAccessReviewAuthorizer {
             failure_policy: spec.failure_policy,
             match_conditions: spec.match_conditions.clone(),
             condition_log: ConditionErrorLog::default(),
-            recent_keys: RecentKeys::default(),
         }
     }
 
@@ -142,7 +140,9 @@ impl SubjectAccessReviewAuthorizer {
             return Box::pin(self.review(attrs)).await;
         }
         self.cache
-            .get_or_review(self.recent_keys.key(attrs), || self.review(attrs))
+            .get_or_review(RECENT_KEYS.with(|recent| recent.key(attrs)), || {
+                self.review(attrs)
+            })
             .await
             .map_err(|shared| (*shared).clone())
     }
@@ -307,10 +307,19 @@ const REMEMBERED_KEYS_PER_USER: usize = 8;
 /// sets). Users and attributes are found by equality with the whole user and every attribute
 /// the key is made of, never by a digest or an address, so the key is exactly
 /// [`review_cache_key`].
+///
+/// One per thread ([`RECENT_KEYS`]): each serving thread keeps its own, so a request takes no
+/// lock for its key. The key is a function of the attributes alone, so the authorizers of a
+/// thread share its table.
 #[derive(Default)]
 struct RecentKeys {
     /// Newest first; the oldest goes when a new user comes and there are [`REMEMBERED_USERS`].
-    users: Mutex<VecDeque<RecentUser>>,
+    users: RefCell<VecDeque<RecentUser>>,
+}
+
+thread_local! {
+    /// This thread's [`RecentKeys`].
+    static RECENT_KEYS: RecentKeys = RecentKeys::default();
 }
 
 /// A user [`RecentKeys`] remembers.
@@ -355,12 +364,11 @@ impl KeyAttributes {
 impl RecentKeys {
     /// [`review_cache_key`] of `attrs`.
     fn key(&self, attrs: &Attributes<'_>) -> CacheKey {
-        let lock = || self.users.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(known) = lock().iter_mut().find(|known| known.user == *attrs.user) {
+        let mut users = self.users.borrow_mut();
+        if let Some(known) = users.iter_mut().find(|known| known.user == *attrs.user) {
             if let Some((_, key)) = known.keys.iter().find(|(seen, _)| seen.matches(attrs)) {
                 return *key;
             }
-            // One block, hashed under the lock: less than another round of locking.
             let key = finish_review_key(known.prefix.clone(), attrs);
             if known.keys.len() >= REMEMBERED_KEYS_PER_USER {
                 known.keys.pop_back();
@@ -368,11 +376,8 @@ impl RecentKeys {
             known.keys.push_front((KeyAttributes::new(attrs), key));
             return key;
         }
-        // A new user is hashed unlocked: two requests of theirs may both hash it and both keep
-        // it, which costs a slot until it is the oldest, and nothing else.
         let prefix = user_key_prefix(attrs.user);
         let key = finish_review_key(prefix.clone(), attrs);
-        let mut users = lock();
         if users.len() >= REMEMBERED_USERS {
             users.pop_back();
         }
@@ -598,7 +603,7 @@ mod tests {
             let a = attrs(&u, "get", "pods");
             assert_eq!(recent.key(&a), review_cache_key(&a));
         }
-        let kept = recent.users.lock().unwrap();
+        let kept = recent.users.borrow();
         assert_eq!(kept.len(), REMEMBERED_USERS);
         assert!(
             kept.iter()
