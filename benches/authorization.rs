@@ -19,6 +19,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::runtime::Runtime;
 
+use kubelet_auth_proxy::admin::metrics::{Metrics, ReviewKind};
+use kubelet_auth_proxy::apiserver::cache::{KeyHasher, ReviewCache, random_hmac_key};
 use kubelet_auth_proxy::apiserver::{ApiServerClient, ApiServerSettings};
 use kubelet_auth_proxy::authn::User;
 use kubelet_auth_proxy::authn::token::token_cache_key;
@@ -28,12 +30,10 @@ use kubelet_auth_proxy::authz::node::NodeAuthorizer;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
 use kubelet_auth_proxy::authz::webhook::{SubjectAccessReviewAuthorizer, review_cache_key};
 use kubelet_auth_proxy::authz::{Attributes, Authorizer, AuthorizerChain, Decision};
-use kubelet_auth_proxy::cache::{KeyHasher, ReviewCache, random_hmac_key};
-use kubelet_auth_proxy::canonical_path::{PathCheck, check_path};
 use kubelet_auth_proxy::config::authorization::{FailurePolicy, WebhookSpec};
-use kubelet_auth_proxy::decision::{RequestDecision, Unobserved, authorize_request};
-use kubelet_auth_proxy::metrics::{Metrics, ReviewKind};
-use kubelet_auth_proxy::reload::Reloadable;
+use kubelet_auth_proxy::request::canonical_path::{PathCheck, check_path};
+use kubelet_auth_proxy::request::decision::{RequestDecision, Unobserved, authorize_request};
+use kubelet_auth_proxy::startup::reload::Reloadable;
 
 /// The node the proxy guards in every benchmark.
 const NODE: &str = "node-a";

@@ -57,43 +57,23 @@
 #![deny(unsafe_code)]
 
 pub mod admin;
-pub mod admin_probe;
 pub mod apiserver;
-pub mod assemble;
 pub mod audit;
 pub mod authn;
 pub mod authz;
-pub mod cache;
-pub mod canonical_path;
 pub mod config;
-pub mod connection;
-pub mod decision;
-pub mod demo;
-pub mod descriptors;
-pub mod explain;
-pub mod generation;
-pub mod handover;
-pub mod held_body;
-pub mod http_server;
-pub mod listen_fds;
-pub mod metrics;
-pub mod probe;
-pub mod proxy;
-pub mod reload;
-pub mod reports;
-pub mod responses;
+pub mod forward;
+pub mod request;
 pub mod server;
-pub mod serving_threads;
-pub mod shutdown;
-pub mod systemd;
+pub mod startup;
 #[cfg(test)]
 mod test_data;
 pub mod tls;
-pub mod wire;
+pub mod tools;
 
-pub use assemble::{Services, assemble};
 pub use config::{ConfigError, Settings};
 pub use server::{RunningProxy, StartError, start};
+pub use startup::assemble::{Services, assemble};
 
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully, telling systemd (when it started
 /// the proxy as a `Type=notify` service) when serving begins and when draining starts. On
@@ -103,12 +83,12 @@ pub async fn run(config: Services) -> Result<(), StartError> {
     // Before anything else: a SIGUSR2 must never meet the default action, which kills.
     let mut upgrade =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
-    let successor = handover::Successor::of_this_process();
+    let successor = server::handover::Successor::of_this_process();
     let metrics = std::sync::Arc::clone(&config.metrics);
     let mut proxy = start(config).await?;
     // A process taking over tells the old one, which then names it to systemd.
-    if !handover::report_ready()
-        && let Err(e) = systemd::notify_ready()
+    if !server::handover::report_ready()
+        && let Err(e) = server::systemd::notify_ready()
     {
         tracing::warn!(error = %e, "cannot tell systemd the proxy is ready");
     }
@@ -117,7 +97,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
             stop = wait_for_signal() => {
                 stop?;
                 tracing::info!("shutting down");
-                if let Err(e) = systemd::notify_stopping() {
+                if let Err(e) = server::systemd::notify_stopping() {
                     tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
                 }
                 break;
@@ -138,7 +118,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                     stop = wait_for_signal() => {
                         stop?;
                         tracing::info!("shutting down during an upgrade in place");
-                        if let Err(e) = systemd::notify_stopping() {
+                        if let Err(e) = server::systemd::notify_stopping() {
                             tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
                         }
                         break;
@@ -148,7 +128,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                     Ok(pid) => {
                         metrics.generation().handed_over();
                         tracing::info!(pid, "the new process serves; draining this one");
-                        if let Err(e) = systemd::notify_main_pid(pid) {
+                        if let Err(e) = server::systemd::notify_main_pid(pid) {
                             tracing::warn!(error = %e, "cannot tell systemd the new main process");
                         }
                         break;

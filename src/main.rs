@@ -9,9 +9,10 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use clap_complete::Shell;
+use kubelet_auth_proxy::Settings;
 use kubelet_auth_proxy::config::file::{self, Origins};
 use kubelet_auth_proxy::config::flags::{LogFormat, ProxyFlags};
-use kubelet_auth_proxy::{Settings, demo, explain};
+use kubelet_auth_proxy::tools::{demo, explain};
 use tracing_subscriber::EnvFilter;
 
 /// `--version` text: the release and the commit it was built from (set by `build.rs`), so a bug
@@ -106,7 +107,7 @@ struct CheckConfigArgs {
 
 /// `check-config --probe`: prints what works, then what does not; 2 if anything does not.
 async fn probe(settings: Settings) -> ExitCode {
-    let findings = kubelet_auth_proxy::probe::run(settings).await;
+    let findings = kubelet_auth_proxy::startup::probe::run(settings).await;
     for line in &findings.working {
         println!("kubelet-auth-proxy: {line}");
     }
@@ -325,7 +326,7 @@ fn main() -> anyhow::Result<ExitCode> {
             ))
         }
         Some(Command::AdminProbe(args)) => {
-            match runtime.block_on(kubelet_auth_proxy::admin_probe::get(
+            match runtime.block_on(kubelet_auth_proxy::admin::exec_probe::get(
                 &args.admin_socket,
                 &args.target,
             )) {

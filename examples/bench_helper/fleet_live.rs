@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::support::apiserver::{ApiServer, Fault, Flavour, Target, TokenUser, Verdict};
 use crate::support::pki::{Authority, CertSpec};

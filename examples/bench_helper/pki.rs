@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use kubelet_auth_proxy::demo::pki::{Authority, Usage};
+use kubelet_auth_proxy::tools::demo::pki::{Authority, Usage};
 
 /// Subject of the load client's certificate; the benchmark policy grants it the kubelet API.
 pub const CLIENT_CN: &str = "bench-client";

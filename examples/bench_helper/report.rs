@@ -1177,7 +1177,7 @@ fn markdown(run: &Run, work_dir: &Path) -> String {
         w,
         "`bench/run` installs nginx (apt-get) and oha (`cargo install oha --locked`) when they are \
          missing, builds `kubelet-auth-proxy` and `examples/bench_helper` with `cargo build \
-         --release`, makes throwaway certificates with the demo's PKI code (`src/demo/pki.rs`: one \
+         --release`, makes throwaway certificates with the demo's PKI code (`src/tools/demo/pki.rs`: one \
          CA, ECDSA P-256 keys), and starts everything on 127.0.0.1 in a temporary directory \
          (`$WORK` below). Each proxy is started fresh for each case and stopped after it.\n\n\
          - **Upstream**: nginx, TLS with client certificates required, HTTP/1.1 and HTTP/2, \

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use kubelet_auth_proxy::cache::policy::{self, Fill};
+use kubelet_auth_proxy::apiserver::cache::policy::{self, Fill};
 
 use model::{Params, Record, Rule, Scraper, Sim, Start};
 

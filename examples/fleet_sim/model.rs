@@ -9,9 +9,9 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Duration;
 
+use kubelet_auth_proxy::apiserver::cache::policy::{self, Fill};
 use kubelet_auth_proxy::apiserver::hold::{Admission, HoldState};
 use kubelet_auth_proxy::apiserver::{MAX_ATTEMPTS, retry_delay};
-use kubelet_auth_proxy::cache::policy::{self, Fill};
 
 /// Virtual time since the start of the run.
 pub type Time = Duration;

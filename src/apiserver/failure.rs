@@ -4,8 +4,8 @@
 //! every new cause shows at once. `check-config --probe` gives the same hints.
 
 use super::ApiCallError;
-use crate::metrics::ReviewKind;
-use crate::reports::Reports;
+use crate::admin::metrics::ReviewKind;
+use crate::admin::reports::Reports;
 
 /// The cause of a failed review, as a metrics label value: `unreachable`, `timeout`,
 /// `unauthorized` (401), `forbidden` (403), `throttled` (429), `server_error` (5xx), `status`

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::metrics::{Metrics, ReviewKind};
+use crate::admin::metrics::{Metrics, ReviewKind};
 
 /// How many reviews may wait for each place in flight before new ones are refused at once.
 pub const WAITING_PER_PERMIT: usize = 16;

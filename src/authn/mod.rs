@@ -178,9 +178,9 @@ impl Authenticator {
     pub fn ignores_token(&self, version: Version, headers: &HeaderMap) -> bool {
         self.tokens.is_none()
             && (headers.contains_key(http::header::AUTHORIZATION)
-                || (crate::wire::is_websocket_upgrade(version, headers)
-                    && crate::wire::websocket_protocols(headers)
-                        .any(|p| crate::wire::bearer_protocol_token(p).is_some())))
+                || (crate::request::wire::is_websocket_upgrade(version, headers)
+                    && crate::request::wire::websocket_protocols(headers)
+                        .any(|p| crate::request::wire::bearer_protocol_token(p).is_some())))
     }
 
     /// Authenticates one request of a connection at `now_secs` (Unix seconds).

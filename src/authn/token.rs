@@ -19,10 +19,10 @@ use http::{HeaderMap, Version};
 use k8s_openapi::api::authentication::v1::{TokenReviewSpec, TokenReviewStatus};
 
 use super::User;
+use crate::admin::metrics::{Metrics, ReviewKind};
+use crate::apiserver::cache::{CacheKey, KeyHasher, ReviewCache, random_hmac_key};
 use crate::apiserver::{ApiCallError, ApiServerClient};
-use crate::cache::{CacheKey, KeyHasher, ReviewCache, random_hmac_key};
-use crate::metrics::{Metrics, ReviewKind};
-use crate::wire;
+use crate::request::wire;
 
 /// Most tokens kept in the cache; the least recently used go first.
 const MAX_CACHED_TOKENS: u64 = 16_384;
@@ -250,7 +250,7 @@ enum ReviewError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::WEBSOCKET_BEARER_PREFIX;
+    use crate::request::wire::WEBSOCKET_BEARER_PREFIX;
     use http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {

@@ -5,7 +5,7 @@
 //! in order, the first `Allow` or `Deny` wins, `NoOpinion` moves on. The kubelet's own loop over
 //! the attribute list (kubernetes v1.33 `pkg/kubelet/server/server.go` `InstallAuthFilter`: only
 //! `Allow` stops, an error is a 500 at once) lives in
-//! [`crate::decision::authorize_request`].
+//! [`crate::request::decision::authorize_request`].
 
 pub mod attributes;
 pub mod match_conditions;
@@ -19,7 +19,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::authn::User;
-use crate::reload::Reloadable;
+use crate::startup::reload::Reloadable;
 use match_conditions::{ConditionTrace, MatchError};
 use node::NodeAuthorizer;
 use policy::PolicyAuthorizer;

@@ -18,11 +18,11 @@ use k8s_openapi::api::authorization::v1::{
 
 use super::match_conditions::{ConditionTrace, Match, MatchConditions, MatchError};
 use super::{API_VERSION, Attributes, AuthorizationError, Decision, Reason};
+use crate::admin::metrics::{Metrics, ReviewKind};
 use crate::apiserver::ApiServerClient;
+use crate::apiserver::cache::{CacheKey, KeyHasher, ReviewCache};
 use crate::authn::User;
-use crate::cache::{CacheKey, KeyHasher, ReviewCache};
 use crate::config::authorization::{FailurePolicy, WebhookSpec};
-use crate::metrics::{Metrics, ReviewKind};
 use prometheus_client::metrics::counter::Counter;
 
 /// The kubelet's SubjectAccessReview cache size.

@@ -9,7 +9,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
 
-use crate::proxy::UpstreamTarget;
+use crate::forward::UpstreamTarget;
 
 /// One `--listen-address` value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Configuration: flags parsed by clap ([`flags`]), then validated and read into [`Settings`].
 //! Reading files is the only I/O here: nothing is created, written, removed, connected or started,
-//! so `check-config` and `explain` can use this freely; [`mod@crate::assemble`] turns settings into the
+//! so `check-config` and `explain` can use this freely; [`mod@crate::startup::assemble`] turns settings into the
 //! running services. Every problem is a [`ConfigError`] that names the flag and, for files, the
 //! path, so `main` can print one clear line and exit with status 2.
 
@@ -27,9 +27,9 @@ use crate::authn::x509::ClientCa;
 use crate::authz::attributes::AttributeMapping;
 use crate::authz::match_conditions::MatchConditions;
 use crate::authz::policy::PolicyAuthorizer;
-use crate::descriptors;
-use crate::proxy::{UpstreamEndpoint, UpstreamTarget, UpstreamTlsConfig};
-use crate::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
+use crate::forward::{UpstreamEndpoint, UpstreamTarget, UpstreamTlsConfig};
+use crate::server::descriptors;
+use crate::startup::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, UpstreamTls, ciphers};
 use authorization::{AuthorizerSpec, FailurePolicy, WebhookSpec};
 use flags::{AuthorizationMode, ProxyFlags};
@@ -310,7 +310,7 @@ impl Settings {
             &mut errors,
             AuthorizationSettings::read(flags, &mut reloads).await,
         );
-        let serving_threads = crate::serving_threads::resolve(flags.serving_threads);
+        let serving_threads = crate::server::serving_threads::resolve(flags.serving_threads);
         if let Some(warning) = serving_threads.warning {
             warnings.push(Warning::new("--serving-threads", warning));
         }
@@ -588,7 +588,7 @@ impl AuthorizationSettings {
 }
 
 /// How many API server clients serving will build: TokenReview and the webhooks that share a
-/// kubeconfig and timeout share one (see [`mod@crate::assemble`]).
+/// kubeconfig and timeout share one (see [`mod@crate::startup::assemble`]).
 fn apiserver_clients(
     token_review: Option<&TokenReviewSettings>,
     authorization: &AuthorizationSettings,

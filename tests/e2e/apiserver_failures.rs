@@ -15,7 +15,7 @@ use crate::support::{TempDir, eventually};
 async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
     let mut api = ApiServer::start().await;
     api.add_token("tok", TokenUser::new("carol"));
-    let kubelet = kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None)
+    let kubelet = kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None)
         .await
         .unwrap();
     let dir = TempDir::new("apiserver-failures");

@@ -11,7 +11,7 @@ use base64::Engine;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::support::apiserver::{ApiServer, Flavour, TokenUser};
 use crate::support::client::{

@@ -622,7 +622,7 @@ async fn check_config_warns_and_strict_refuses() {
 async fn the_api_is_served_on_every_listen_address() {
     let kubelet = crate::support::within(
         "starting the stand-in kubelet",
-        kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None),
+        kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None),
     )
     .await
     .unwrap();

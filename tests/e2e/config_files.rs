@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use http::StatusCode;
 use serde_json::Value;
 
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::support::apiserver::{ApiServer, Flavour};
 use crate::support::client::{Client, Identity};

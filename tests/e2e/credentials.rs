@@ -220,7 +220,7 @@ async fn check_config_names_the_kubeconfig_whose_client_key_does_not_match() {
 #[tokio::test]
 async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
     let api = ApiServer::start().await;
-    let kubelet = kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None)
+    let kubelet = kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None)
         .await
         .unwrap();
     let dir = TempDir::new("credentials-probe");

@@ -1366,7 +1366,7 @@ async fn metrics_count_calls_cache_lookups_and_coalesced_waits() {
 async fn a_token_sent_while_token_authentication_is_off_is_named_in_the_log() {
     let kubelet = within(
         "starting the stand-in kubelet",
-        kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None),
+        kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None),
     )
     .await
     .unwrap();

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::BodyExt;
 
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::support::client::{
     ANY_TLS, Client, HTTP1_ONLY, Identity, channel_body, empty, plain_send, request,

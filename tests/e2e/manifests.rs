@@ -559,7 +559,7 @@ fn the_systemd_environment_file_is_a_command_line_the_proxy_starts_with() {
     let socket = unit_settings(&read(&file("systemd/kubelet-auth-proxy.socket")));
     assert_eq!(
         unit_setting(&socket, "FileDescriptorName"),
-        kubelet_auth_proxy::listen_fds::Role::KubeletApi.name()
+        kubelet_auth_proxy::server::listen_fds::Role::KubeletApi.name()
     );
     assert_eq!(unit_setting(&socket, "ReusePort"), "yes");
     assert_eq!(unit_setting(&socket, "BindIPv6Only"), "ipv6-only");
@@ -1083,7 +1083,7 @@ fn the_kubelet_configuration_locks_the_kubelet_behind_the_proxy() {
 
     // And every example listens on the other family's wildcard, the same on every node, which
     // the kernel lets it bind beside the kubelet (cli.rs binds it so).
-    let kubelet = kubelet_auth_proxy::proxy::UpstreamTarget::Https {
+    let kubelet = kubelet_auth_proxy::forward::UpstreamTarget::Https {
         authority: std::net::SocketAddr::new(address, port)
             .to_string()
             .parse()

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 use http::Method;
 use kubelet_auth_proxy::authz::attributes::{AttributeMapping, kubelet_attributes};
-use kubelet_auth_proxy::canonical_path::{PathCheck, check_path};
+use kubelet_auth_proxy::request::canonical_path::{PathCheck, check_path};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 

@@ -513,7 +513,7 @@ async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
 async fn a_log_written_next_to_the_watched_files_does_not_feed_itself() {
     let kubelet = within(
         "starting the stand-in kubelet",
-        kubelet_auth_proxy::demo::kubelet::StandInKubelet::start(None),
+        kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None),
     )
     .await
     .unwrap();

@@ -11,7 +11,7 @@ use std::time::Instant;
 use http::StatusCode;
 use tokio::net::{TcpStream, UnixDatagram};
 
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::support::apiserver::{ApiServer, Flavour, Kind, Verdict};
 use crate::support::client::{

@@ -13,7 +13,7 @@ use http::StatusCode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::support::client::{
     ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,

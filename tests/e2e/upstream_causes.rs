@@ -10,7 +10,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::support::client::{Client, Identity, plain_get};
 use crate::support::harness::NODE_NAME;

@@ -16,7 +16,7 @@ use http::StatusCode;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::manifests::{environment_file, file, read, unit_settings};
 use crate::support::TempDir;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use clap::Parser;
 use kubelet_auth_proxy::config::flags::ProxyFlags;
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 use kubelet_auth_proxy::{RunningProxy, Settings, assemble};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};

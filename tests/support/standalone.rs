@@ -6,7 +6,7 @@
 use std::ffi::OsStr;
 use std::sync::Arc;
 
-use kubelet_auth_proxy::demo::kubelet::StandInKubelet;
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 use rustls::ServerConfig;
 
 use super::client::{Client, Identity, Reply, plain_get};

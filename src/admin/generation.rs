@@ -1,0 +1,91 @@
+//! Which generation of the proxy serves: the build (version and commit), when this process
+//! started, and its upgrades in place ([`crate::server::handover`]). During a surge rollout or a handover
+//! two processes serve one node; these say which one a scrape reached, and whether an upgrade
+//! took.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::Registry;
+
+/// The release and commit this binary was built from (set by `build.rs`).
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const COMMIT: &str = env!("KUBELET_AUTH_PROXY_COMMIT");
+
+/// Labels of the build information.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: &'static str,
+    commit: &'static str,
+}
+
+/// Labels of a failed handover.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HandoverFailureLabels {
+    /// `spawn`, `exited`, `timeout` or `io` ([`crate::server::handover::HandoverError::cause`]).
+    pub cause: &'static str,
+}
+
+/// The generation metrics, registered with the proxy's others.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    handovers: Counter,
+    handover_failures: Family<HandoverFailureLabels, Counter>,
+}
+
+impl Generation {
+    /// Registers the build information, the start time (now) and the handover counters.
+    pub fn register(registry: &mut Registry) -> Generation {
+        registry.register(
+            "build",
+            "The build serving: version and commit",
+            Info::new(BuildLabels {
+                version: VERSION,
+                commit: COMMIT,
+            }),
+        );
+        let started: Gauge<f64, std::sync::atomic::AtomicU64> = Gauge::default();
+        started.set(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |since| since.as_secs_f64()),
+        );
+        registry.register(
+            "process_start_time_seconds",
+            "When this process started, in seconds since the Unix epoch",
+            started,
+        );
+        let handovers = Counter::default();
+        registry.register(
+            "handovers",
+            "Upgrades in place (SIGUSR2) this process completed: a new process took the sockets and serves",
+            handovers.clone(),
+        );
+        let handover_failures = Family::<HandoverFailureLabels, Counter>::default();
+        registry.register(
+            "handover_failures",
+            "Upgrades in place (SIGUSR2) that failed, by cause; this process went on serving",
+            handover_failures.clone(),
+        );
+        Generation {
+            handovers,
+            handover_failures,
+        }
+    }
+
+    /// Counts a completed handover.
+    pub fn handed_over(&self) {
+        self.handovers.inc();
+    }
+
+    /// Counts a failed handover.
+    pub fn handover_failed(&self, cause: &'static str) {
+        self.handover_failures
+            .get_or_create(&HandoverFailureLabels { cause })
+            .inc();
+    }
+}

@@ -1,0 +1,703 @@
+//! Prometheus metrics of the proxy, served on the admin listener. Label values come from small
+//! fixed sets (status codes, decisions, subresource names): never a user name, path or token.
+
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// What the proxy decided about a request.
+/// Serialized (for `explain`'s JSON document) in camel case, `Allowed` as `forwarded` and
+/// `Redirected` as `redirect`, the spelling that document has always used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    /// Authorized and forwarded; the code is the kubelet's.
+    #[serde(rename = "forwarded")]
+    Allowed,
+    /// 403: no attribute set was allowed.
+    Forbidden,
+    /// 500: an authorizer failed (SubjectAccessReview unavailable).
+    AuthorizationError,
+    /// 401: no or bad credential.
+    Unauthenticated,
+    /// 301: the path was not canonical.
+    #[serde(rename = "redirect")]
+    Redirected,
+    /// 400: the path was unusable.
+    BadRequest,
+    /// 502: the kubelet could not be reached or failed.
+    UpstreamError,
+    /// 429 or 503: authorized, but no place among the requests in flight to the kubelet.
+    Throttled,
+    /// 503: an exec, attach or portForward refused because its audit event cannot be written.
+    AuditUnavailable,
+}
+
+impl Outcome {
+    /// How many outcomes there are.
+    pub const COUNT: usize = 9;
+
+    /// A distinct index below [`Outcome::COUNT`] per outcome: its declaration order.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The label value: snake case, as Prometheus label values usually are.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Allowed => "allowed",
+            Outcome::Forbidden => "forbidden",
+            Outcome::AuthorizationError => "authorization_error",
+            Outcome::Unauthenticated => "unauthenticated",
+            Outcome::Redirected => "redirected",
+            Outcome::BadRequest => "bad_request",
+            Outcome::UpstreamError => "upstream_error",
+            Outcome::Throttled => "throttled",
+            Outcome::AuditUnavailable => "audit_unavailable",
+        }
+    }
+}
+
+impl EncodeLabelValue for Outcome {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.as_str(), encoder)
+    }
+}
+
+/// Labels of the request counter.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// HTTP status code returned to the client.
+    pub code: u16,
+    /// The proxy's decision.
+    pub decision: Outcome,
+    /// The subresource that was allowed, or the first one asked for; empty before authorization.
+    pub subresource: &'static str,
+}
+
+/// Labels of the per-thread counters: the serving thread's index, from 0.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ThreadLabels {
+    /// The serving thread ([`crate::server::serving_threads`]).
+    pub thread: u16,
+}
+
+/// Labels of the latency histogram.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct DecisionLabels {
+    /// The proxy's decision.
+    pub decision: Outcome,
+}
+
+/// Which review an API server call makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum ReviewKind {
+    /// `authentication.k8s.io/v1` TokenReview.
+    TokenReview,
+    /// `authorization.k8s.io/v1` SubjectAccessReview.
+    SubjectAccessReview,
+}
+
+impl ReviewKind {
+    /// The Kubernetes kind, for logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewKind::TokenReview => "TokenReview",
+            ReviewKind::SubjectAccessReview => "SubjectAccessReview",
+        }
+    }
+}
+
+/// Labels of API server calls: one observation per HTTP attempt, retries included.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ApiCallLabels {
+    /// The review made.
+    pub kind: ReviewKind,
+    /// HTTP status code of the answer; 0 when there was none (unreachable, timeout).
+    pub code: u16,
+}
+
+/// Labels of the per-kind API server metrics (latency, reviews in flight, waiting, refused).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReviewKindLabels {
+    /// The review made.
+    pub kind: ReviewKind,
+}
+
+/// How a cache lookup was served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheResult {
+    /// From the cache.
+    Hit,
+    /// Not cached: this request made the API server call.
+    Miss,
+    /// Not cached, but another request was already making the same call: this one waited for it.
+    Coalesced,
+}
+
+impl EncodeLabelValue for CacheResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let value = match self {
+            CacheResult::Hit => "hit",
+            CacheResult::Miss => "miss",
+            CacheResult::Coalesced => "coalesced",
+        };
+        EncodeLabelValue::encode(&value, encoder)
+    }
+}
+
+/// How a refresh ahead ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RefreshResult {
+    /// The API server answered: its answer replaced the entry.
+    Replaced,
+    /// The review failed: the entry stays to its original expiry.
+    Failed,
+}
+
+impl EncodeLabelValue for RefreshResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let value = match self {
+            RefreshResult::Replaced => "replaced",
+            RefreshResult::Failed => "failed",
+        };
+        EncodeLabelValue::encode(&value, encoder)
+    }
+}
+
+/// Labels of refreshes ahead.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct RefreshLabels {
+    /// Which cache: the TokenReview or the SubjectAccessReview one.
+    pub cache: ReviewKind,
+    /// How the refresh ended.
+    pub result: RefreshResult,
+}
+
+/// Labels of cache lookups.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct CacheLabels {
+    /// Which cache: the TokenReview or the SubjectAccessReview one.
+    pub cache: ReviewKind,
+    /// How the lookup was served.
+    pub result: CacheResult,
+}
+
+/// The outcome of reloading a file-backed setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReloadResult {
+    /// The new version is in force.
+    Applied,
+    /// The new version could not be used; the previous one stays in force.
+    Failed,
+}
+
+impl EncodeLabelValue for ReloadResult {
+    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let value = match self {
+            ReloadResult::Applied => "applied",
+            ReloadResult::Failed => "failed",
+        };
+        EncodeLabelValue::encode(&value, encoder)
+    }
+}
+
+/// Labels of failures to reach the kubelet.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct UpstreamErrorLabels {
+    /// The cause: `connection_refused`, `timeout`, `unknown_ca`, `name_mismatch`,
+    /// `certificate_expired`, `ca_used_as_end_entity`, `client_certificate_rejected`, `tls`,
+    /// `protocol` or `other`.
+    pub cause: &'static str,
+}
+
+/// Labels of reviews that failed after their retries.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReviewFailureLabels {
+    /// The review made.
+    pub kind: ReviewKind,
+    /// The cause: `unreachable`, `timeout`, `unauthorized`, `forbidden`, `throttled`,
+    /// `server_error`, `status` or `invalid_answer`.
+    pub cause: &'static str,
+}
+
+/// Labels of a webhook authorizer's metrics.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct AuthorizerLabels {
+    /// The authorizer's name in `--authorization-config` (`webhook` for
+    /// `--authorization-mode=Webhook`): a fixed set, from the configuration.
+    pub name: String,
+}
+
+/// Labels of reloads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct ReloadLabels {
+    /// What was reloaded: `serving_certificate`, `client_ca`, `policy`, `upstream_tls` or
+    /// `apiserver_credentials`.
+    pub target: &'static str,
+    /// Whether the new version is in force.
+    pub result: ReloadResult,
+}
+
+fn latency_histogram() -> Histogram {
+    Histogram::new([
+        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        5.0, 10.0,
+    ])
+}
+
+/// Every metric family of the proxy and the registry that encodes them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<DecisionLabels, Histogram, fn() -> Histogram>,
+    /// The latency family's histogram of each outcome (indexed by [`Outcome::index`]), looked up
+    /// in the family once: a lookup hashes the labels and takes the family's lock, per request.
+    latency_by_outcome: [std::sync::OnceLock<Histogram>; Outcome::COUNT],
+    connections: Gauge,
+    streams: Gauge,
+    upstream_requests: Gauge,
+    handshake_failures: Counter,
+    connection_timeouts: Counter,
+    accepted: Family<ThreadLabels, Counter>,
+    api_calls: Family<ApiCallLabels, Counter>,
+    api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram>,
+    reviews_in_flight: Family<ReviewKindLabels, Gauge>,
+    reviews_waiting: Family<ReviewKindLabels, Gauge>,
+    reviews_refused: Family<ReviewKindLabels, Counter>,
+    cache_lookups: Family<CacheLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
+    upstream_errors: Family<UpstreamErrorLabels, Counter>,
+    review_failures: Family<ReviewFailureLabels, Counter>,
+    reviews_deferred: Family<ReviewKindLabels, Counter>,
+    hold_off_until: Gauge,
+    refreshes_ahead: Family<RefreshLabels, Counter>,
+    audit_dropped: Counter,
+    audit_suppressed: Counter,
+    match_condition_exclusions: Family<AuthorizerLabels, Counter>,
+    match_condition_errors: Family<AuthorizerLabels, Counter>,
+    generation: crate::admin::generation::Generation,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    /// Registers every family under the `kubelet_auth_proxy` prefix.
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("kubelet_auth_proxy");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Requests served, by status code, decision and subresource",
+            requests.clone(),
+        );
+        let latency: Family<DecisionLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "request_duration_seconds",
+            "Time from request headers to response headers, by decision",
+            latency.clone(),
+        );
+        let connections = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Client connections currently open, upgraded exec, attach and portForward sessions included",
+            connections.clone(),
+        );
+        let streams = Gauge::default();
+        registry.register(
+            "upgraded_streams_open",
+            "exec, attach and portForward sessions currently spliced to the kubelet",
+            streams.clone(),
+        );
+        let upstream_requests = Gauge::default();
+        registry.register(
+            "upstream_requests_in_flight",
+            "Requests in flight to the kubelet, each holding an upstream connection, at most --upstream-max-requests-inflight",
+            upstream_requests.clone(),
+        );
+        let handshake_failures = Counter::default();
+        registry.register(
+            "tls_handshake_failures",
+            "Client TLS handshakes that failed or timed out",
+            handshake_failures.clone(),
+        );
+        let connection_timeouts = Counter::default();
+        registry.register(
+            "connection_timeouts",
+            "Client connections closed because no request came within --header-read-timeout after the handshake, or within --idle-connection-timeout after the last one",
+            connection_timeouts.clone(),
+        );
+        let accepted = Family::<ThreadLabels, Counter>::default();
+        registry.register(
+            "serving_thread_connections_accepted",
+            "Client connections accepted, by serving thread (--serving-threads): how evenly the threads share the connections",
+            accepted.clone(),
+        );
+        let api_calls = Family::<ApiCallLabels, Counter>::default();
+        registry.register(
+            "apiserver_calls",
+            "TokenReview and SubjectAccessReview HTTP attempts, by kind and status code (0: no answer)",
+            api_calls.clone(),
+        );
+        let api_latency: Family<ReviewKindLabels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "apiserver_call_duration_seconds",
+            "Duration of TokenReview and SubjectAccessReview HTTP attempts",
+            api_latency.clone(),
+        );
+        let reviews_in_flight = Family::<ReviewKindLabels, Gauge>::default();
+        registry.register(
+            "apiserver_reviews_in_flight",
+            "TokenReviews and SubjectAccessReviews being made now (attempts and retries), at most --apiserver-max-reviews-inflight per kind",
+            reviews_in_flight.clone(),
+        );
+        let reviews_waiting = Family::<ReviewKindLabels, Gauge>::default();
+        registry.register(
+            "apiserver_reviews_waiting",
+            "Reviews waiting for a place under --apiserver-max-reviews-inflight",
+            reviews_waiting.clone(),
+        );
+        let reviews_refused = Family::<ReviewKindLabels, Counter>::default();
+        registry.register(
+            "apiserver_reviews_refused",
+            "Reviews never made because no place came free in time or too many were waiting; their requests failed closed",
+            reviews_refused.clone(),
+        );
+        let cache_lookups = Family::<CacheLabels, Counter>::default();
+        registry.register(
+            "review_cache_lookups",
+            "Token and authorization cache lookups: hit, miss (called the API server) or coalesced (waited for a call already in flight)",
+            cache_lookups.clone(),
+        );
+        let reloads = Family::<ReloadLabels, Counter>::default();
+        registry.register(
+            "config_reloads",
+            "Reloads of the serving certificate, client CA and policy files after they changed on disk",
+            reloads.clone(),
+        );
+        let upstream_errors = Family::<UpstreamErrorLabels, Counter>::default();
+        registry.register(
+            "upstream_errors",
+            "Requests that could not be forwarded because the kubelet could not be reached, by cause",
+            upstream_errors.clone(),
+        );
+        let review_failures = Family::<ReviewFailureLabels, Counter>::default();
+        registry.register(
+            "apiserver_review_failures",
+            "TokenReviews and SubjectAccessReviews that failed after their retries, by cause; each failed its request closed",
+            review_failures.clone(),
+        );
+        let reviews_deferred = Family::<ReviewKindLabels, Counter>::default();
+        registry.register(
+            "apiserver_reviews_held_off",
+            "Reviews not sent because the API server's Retry-After outlasted --apiserver-request-timeout; each failed its request closed",
+            reviews_deferred.clone(),
+        );
+        let hold_off_until = Gauge::default();
+        registry.register(
+            "apiserver_hold_off_until_timestamp_seconds",
+            "End of the API server's last Retry-After hold as Unix time (0: none); the hold left is this minus time(), when positive",
+            hold_off_until.clone(),
+        );
+        let refreshes_ahead = Family::<RefreshLabels, Counter>::default();
+        registry.register(
+            "cache_refreshes_ahead",
+            "Cache entries revalidated in the background because they were used in the last tenth of their lifetime, by result",
+            refreshes_ahead.clone(),
+        );
+        let audit_dropped = Counter::default();
+        registry.register(
+            "audit_events_dropped",
+            "Audit events not written: the writer fell behind (queue full) or writing failed",
+            audit_dropped.clone(),
+        );
+        let audit_suppressed = Counter::default();
+        registry.register(
+            "audit_events_suppressed",
+            "Audit events of requests refused before authentication not written: beyond 20 a second",
+            audit_suppressed.clone(),
+        );
+        let match_condition_exclusions = Family::<AuthorizerLabels, Counter>::default();
+        registry.register(
+            "authorization_match_condition_exclusions",
+            "Webhook authorizations skipped because a matchCondition was false (no opinion, no SubjectAccessReview), by authorizer",
+            match_condition_exclusions.clone(),
+        );
+        let match_condition_errors = Family::<AuthorizerLabels, Counter>::default();
+        registry.register(
+            "authorization_match_condition_evaluation_errors",
+            "Webhook authorizations whose matchConditions could not be evaluated (the failurePolicy answered), by authorizer",
+            match_condition_errors.clone(),
+        );
+        let generation = crate::admin::generation::Generation::register(&mut registry);
+        Metrics {
+            registry,
+            generation,
+            requests,
+            latency,
+            latency_by_outcome: Default::default(),
+            connections,
+            streams,
+            upstream_requests,
+            handshake_failures,
+            connection_timeouts,
+            accepted,
+            api_calls,
+            api_latency,
+            reviews_in_flight,
+            reviews_waiting,
+            reviews_refused,
+            cache_lookups,
+            reloads,
+            upstream_errors,
+            review_failures,
+            reviews_deferred,
+            hold_off_until,
+            refreshes_ahead,
+            audit_dropped,
+            audit_suppressed,
+            match_condition_exclusions,
+            match_condition_errors,
+        }
+    }
+
+    /// Records one finished request (at response headers; streams continue afterwards).
+    pub fn observe_request(&self, labels: &RequestLabels, elapsed: Duration) {
+        self.requests.get_or_create(labels).inc();
+        self.latency_by_outcome[labels.decision.index()]
+            .get_or_init(|| {
+                self.latency
+                    .get_or_create(&DecisionLabels {
+                        decision: labels.decision,
+                    })
+                    .clone()
+            })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records one HTTP attempt to the API server.
+    pub fn observe_api_call(&self, labels: &ApiCallLabels, elapsed: Duration) {
+        self.api_calls.get_or_create(labels).inc();
+        self.api_latency
+            .get_or_create(&ReviewKindLabels { kind: labels.kind })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The gauge of `kind` reviews in flight.
+    pub fn reviews_in_flight(&self, kind: ReviewKind) -> Gauge {
+        self.reviews_in_flight
+            .get_or_create(&ReviewKindLabels { kind })
+            .clone()
+    }
+
+    /// The gauge of `kind` reviews waiting for a place.
+    pub fn reviews_waiting(&self, kind: ReviewKind) -> Gauge {
+        self.reviews_waiting
+            .get_or_create(&ReviewKindLabels { kind })
+            .clone()
+    }
+
+    /// Counts a `kind` review refused for want of a place.
+    pub fn review_refused(&self, kind: ReviewKind) {
+        self.reviews_refused
+            .get_or_create(&ReviewKindLabels { kind })
+            .inc();
+    }
+
+    /// Records how a review cache lookup was served.
+    pub fn observe_cache(&self, cache: ReviewKind, result: CacheResult) {
+        self.cache_lookups
+            .get_or_create(&CacheLabels { cache, result })
+            .inc();
+    }
+
+    /// The counter of `cache`'s lookups served as `result`, handed to the cache once so that
+    /// counting its hits, one or two per request, costs no label lookup.
+    pub fn cache_lookups(&self, cache: ReviewKind, result: CacheResult) -> Counter {
+        self.cache_lookups
+            .get_or_create(&CacheLabels { cache, result })
+            .clone()
+    }
+
+    /// Records a reload after a file change.
+    pub fn observe_reload(&self, target: &'static str, result: ReloadResult) {
+        self.reloads
+            .get_or_create(&ReloadLabels { target, result })
+            .inc();
+    }
+
+    /// The counter of `name`'s webhook authorizations skipped by a false match condition, handed
+    /// to that authorizer once so counting costs no label lookup.
+    pub fn match_condition_exclusions(&self, name: &str) -> Counter {
+        self.match_condition_exclusions
+            .get_or_create(&AuthorizerLabels {
+                name: name.to_owned(),
+            })
+            .clone()
+    }
+
+    /// The counter of `name`'s webhook authorizations whose match conditions failed.
+    pub fn match_condition_errors(&self, name: &str) -> Counter {
+        self.match_condition_errors
+            .get_or_create(&AuthorizerLabels {
+                name: name.to_owned(),
+            })
+            .clone()
+    }
+
+    /// The counter of dropped audit events, handed to the audit log.
+    pub fn audit_dropped(&self) -> Counter {
+        self.audit_dropped.clone()
+    }
+
+    /// The counter of suppressed audit events of refused, unauthenticated requests.
+    pub fn audit_suppressed(&self) -> Counter {
+        self.audit_suppressed.clone()
+    }
+
+    /// The open-connections gauge: every client connection, upgraded sessions included, counted
+    /// by its [`crate::server::connection::ConnectionSlot`].
+    pub fn connections(&self) -> &Gauge {
+        &self.connections
+    }
+
+    /// The open upgraded-streams gauge.
+    pub fn streams(&self) -> &Gauge {
+        &self.streams
+    }
+
+    /// The gauge of requests in flight to the kubelet, handed to the forwarder.
+    pub fn upstream_requests_in_flight(&self) -> Gauge {
+        self.upstream_requests.clone()
+    }
+
+    /// Counts a failed or timed-out TLS handshake.
+    pub fn handshake_failed(&self) {
+        self.handshake_failures.inc();
+    }
+
+    /// Counts a request that could not reach the kubelet, by cause.
+    pub fn upstream_failed(&self, cause: &'static str) {
+        self.upstream_errors
+            .get_or_create(&UpstreamErrorLabels { cause })
+            .inc();
+    }
+
+    /// Counts a review call not sent because the API server's `Retry-After` outlasted what the
+    /// review may wait.
+    pub fn review_deferred(&self, kind: ReviewKind) {
+        self.reviews_deferred
+            .get_or_create(&ReviewKindLabels { kind })
+            .inc();
+    }
+
+    /// Sets the end of the API server's hold-off, `None` when it was lifted.
+    pub fn set_hold_off_until(&self, until: Option<std::time::SystemTime>) {
+        let seconds: u64 = until.map_or(0, |at| {
+            at.duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
+        });
+        self.hold_off_until
+            .set(i64::try_from(seconds).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a refresh ahead of a cache entry, by result.
+    pub fn refreshed_ahead(&self, cache: ReviewKind, result: RefreshResult) {
+        self.refreshes_ahead
+            .get_or_create(&RefreshLabels { cache, result })
+            .inc();
+    }
+
+    /// Counts a review that failed after its retries, by cause.
+    pub fn review_failed(&self, kind: ReviewKind, cause: &'static str) {
+        self.review_failures
+            .get_or_create(&ReviewFailureLabels { kind, cause })
+            .inc();
+    }
+
+    /// Counts a connection closed for missing its first-request or idle deadline.
+    pub fn connection_timed_out(&self) {
+        self.connection_timeouts.inc();
+    }
+
+    /// The counter of connections accepted by serving thread `thread`, resolved once by the
+    /// thread so that accepting costs one increment.
+    pub fn accepted_by(&self, thread: usize) -> Counter {
+        let thread = u16::try_from(thread).unwrap_or(u16::MAX);
+        self.accepted
+            .get_or_create(&ThreadLabels { thread })
+            .clone()
+    }
+
+    /// Build, start time and handovers ([`crate::admin::generation`]).
+    pub fn generation(&self) -> &crate::admin::generation::Generation {
+        &self.generation
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every outcome has its own index, and each outcome's latencies land in its own series.
+    #[test]
+    fn each_outcome_is_timed_in_its_own_histogram() {
+        let all = [
+            Outcome::Allowed,
+            Outcome::Forbidden,
+            Outcome::AuthorizationError,
+            Outcome::Unauthenticated,
+            Outcome::Redirected,
+            Outcome::BadRequest,
+            Outcome::UpstreamError,
+            Outcome::Throttled,
+            Outcome::AuditUnavailable,
+        ];
+        let mut indexes: Vec<usize> = all.iter().map(|o| o.index()).collect();
+        indexes.sort_unstable();
+        assert_eq!(indexes, (0..Outcome::COUNT).collect::<Vec<_>>());
+
+        let metrics = Metrics::new();
+        let observe = |decision, times| {
+            for _ in 0..times {
+                metrics.observe_request(
+                    &RequestLabels {
+                        code: 200,
+                        decision,
+                        subresource: "healthz",
+                    },
+                    Duration::from_millis(1),
+                );
+            }
+        };
+        observe(Outcome::Allowed, 3);
+        observe(Outcome::Forbidden, 2);
+        let text = metrics.encode();
+        for (decision, count) in [("allowed", 3), ("forbidden", 2)] {
+            let line = format!(
+                "kubelet_auth_proxy_request_duration_seconds_count{{decision=\"{decision}\"}} {count}"
+            );
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! The process and its sockets: binding the listeners ([`listeners`], or taking those passed in,
+//! [`listen_fds`]), accepting and handing each connection to a serving thread ([`accept`],
+//! [`serving_threads`]), serving it ([`connection`], [`http_server`], [`deadlines`]) within the
+//! descriptor budget ([`descriptors`]), and ending or replacing the process ([`shutdown`],
+//! [`handover`], [`systemd`]). What happens to each request is [`crate::request`]'s.
+
+mod accept;
+mod connection;
+pub mod deadlines;
+pub mod descriptors;
+pub mod handover;
+pub mod http_server;
+pub mod listen_fds;
+mod listeners;
+pub mod serving_threads;
+pub mod shutdown;
+pub mod systemd;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::admin;
+use crate::audit::AuditLog;
+use crate::request::pipeline::{Lane, Pipeline};
+use crate::startup::assemble::Services;
+use connection::Accepted;
+use deadlines::Deadlines;
+use handover::HandoverSockets;
+use http_server::HttpServer;
+use listen_fds::{Inherited, Role};
+use listeners::{ADMIN_BIND_RETRY, ADMIN_FLAG, bind, bind_hint};
+use serving_threads::ServingThreads;
+use shutdown::Shutdown;
+
+/// A running proxy: its addresses, and the means to stop it.
+pub struct RunningProxy {
+    addr: SocketAddr,
+    addrs: Vec<SocketAddr>,
+    admin_addr: SocketAddr,
+    /// Beginning it turns readiness false; the main loop stops accepting and drains its
+    /// connections and sessions.
+    shutdown: Shutdown,
+    server: JoinHandle<()>,
+    admin: JoinHandle<()>,
+    /// The admin endpoints on `--admin-socket`, stopped with the admin listener.
+    admin_unix: Option<admin::listener::AdminSocket>,
+    /// Flushed once the connections have drained.
+    audit: Option<AuditLog>,
+    /// Copies of the listening sockets, for a successor on `SIGUSR2`; closed when draining
+    /// begins, so that the listeners really close once the accept loops let go of them.
+    handover: HandoverSockets,
+}
+
+impl RunningProxy {
+    /// The address the kubelet API is served on (useful with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Every address the kubelet API is served on, in `--listen-address` order.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// The address of /healthz, /readyz and /metrics.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    /// The listening sockets, to hand to a successor ([`crate::server::handover`]).
+    pub fn handover_sockets(&self) -> &HandoverSockets {
+        &self.handover
+    }
+
+    /// Binds `--admin-socket` anew, after a new process that took the path over failed: the path
+    /// then names a socket nobody answers, and this process goes on serving.
+    pub fn reclaim_admin_socket(&mut self) {
+        if let Some(socket) = &mut self.admin_unix
+            && let Err(e) = socket.rebind()
+        {
+            warn!(path = %socket.path().display(), error = %e, "cannot bind --admin-socket again");
+        }
+    }
+
+    /// Turns readiness off, stops accepting, lets in-flight requests finish within the grace
+    /// period, flushes the audit log, then stops the admin listener and returns.
+    pub async fn shutdown(self) {
+        drop(self.handover);
+        self.shutdown.begin();
+        let _ = self.server.await;
+        if let Some(audit) = self.audit {
+            audit.close().await;
+        }
+        self.admin.abort();
+        let _ = self.admin.await;
+        if let Some(admin_unix) = self.admin_unix {
+            admin_unix.stop().await;
+        }
+    }
+}
+
+/// Why the proxy could not start serving.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listen address could not be bound: another process holds it past the retry window, it
+    /// is not an address of this host, or binding it needs a privilege the proxy lacks.
+    #[error("{flag} {addr}: cannot listen: {source}{}", bind_hint(source))]
+    Bind {
+        /// `--listen-address` or `--admin-listen-address`.
+        flag: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The `--admin-socket` could not be bound.
+    #[error(
+        "--admin-socket {}: cannot listen: {source}; the directory must exist and be writable by the proxy, and the path free or a socket",
+        path.display()
+    )]
+    AdminSocket {
+        /// The path.
+        path: std::path::PathBuf,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Another failure of the operating system at start.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Binds both listeners and starts serving.
+pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
+    // The budget of Settings::load counts on the hard limit; make it the one in force.
+    match crate::server::descriptors::raise_soft_limit() {
+        Ok(limit) => debug!(limit, "open-file limit"),
+        Err(e) => warn!(error = %e, "cannot raise the open-file limit to its hard limit"),
+    }
+    // The admin listener first: while the kubelet API's address is still held (by the kubelet,
+    // during a rollout), /healthz says the process is alive and /readyz that it does not serve
+    // yet, so a liveness or startup probe does not restart a proxy that is only waiting.
+    let mut inherited = Inherited::take().unwrap_or_else(|e| {
+        warn!(error = %e, "ignoring the inherited sockets; binding the addresses anew");
+        Inherited::default()
+    });
+    let admin_listener = bind(
+        ADMIN_FLAG,
+        config.admin_listen_address,
+        ADMIN_BIND_RETRY,
+        &mut inherited,
+    )
+    .await?;
+    let metrics = Arc::clone(&config.metrics);
+    let shutdown = config.shutdown.clone();
+    let listening = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let admin_addr = admin_listener.local_addr()?;
+    let mut handover = HandoverSockets::default();
+    handover.add(Role::Admin, &admin_listener)?;
+    info!(%admin_addr, "admin listener serving /healthz, /readyz and /metrics");
+    let admin = tokio::spawn(admin::listener::serve(
+        admin_listener,
+        Arc::clone(&metrics),
+        admin::listener::Readiness {
+            listening: Arc::clone(&listening),
+            draining: shutdown.draining().clone(),
+        },
+    ));
+    let admin_unix = match &config.admin_socket {
+        Some(path) => {
+            let readiness = admin::listener::Readiness {
+                listening: Arc::clone(&listening),
+                draining: shutdown.draining().clone(),
+            };
+            let socket =
+                admin::listener::AdminSocket::serve(path.clone(), Arc::clone(&metrics), readiness)
+                    .map_err(|source| StartError::AdminSocket {
+                        path: path.clone(),
+                        source,
+                    })?;
+            info!(path = %path.display(), "admin endpoints on this process's own socket too");
+            Some(socket)
+        }
+        None => None,
+    };
+    let mut listeners = Vec::with_capacity(config.listen_addresses.len());
+    for &address in &config.listen_addresses {
+        listeners.push(
+            bind(
+                "--listen-address",
+                address,
+                config.listen_retry_timeout,
+                &mut inherited,
+            )
+            .await?,
+        );
+    }
+    inherited.close_unclaimed();
+    crate::server::handover::explain_queue_migration();
+    for listener in &listeners {
+        handover.add(Role::KubeletApi, listener)?;
+    }
+    let addrs = listeners
+        .iter()
+        .map(TcpListener::local_addr)
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let addr = *addrs.first().ok_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, "no --listen-address")
+    })?;
+
+    let limits = Limits {
+        max_connections: config.max_connections,
+        handshake_timeout: config.header_read_timeout,
+        deadlines: Deadlines {
+            first_request: config.header_read_timeout,
+            idle: config.idle_connection_timeout,
+        },
+        grace_period: config.shutdown_grace_period,
+    };
+    let http = HttpServer::new(config.header_read_timeout);
+    let serving_tls = Arc::clone(&config.server_tls);
+    let watcher = crate::startup::reload::FileWatcher::new(config.reloads.into_targets());
+    tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown.draining().clone()));
+    let pipeline = Arc::new(Pipeline::new(
+        config.authenticator,
+        config.decider,
+        metrics,
+        config.audit.clone(),
+        config.audit_require_for_streams,
+    ));
+    // Bounds open connections on all listeners and threads together: a permit is held for a
+    // connection's whole life, upgraded sessions included; when none is left the loops stop
+    // accepting and new clients wait in the kernel's listen queue.
+    let slots = Arc::new(Semaphore::new(limits.max_connections as usize));
+    let http = Arc::new(http);
+    let forwarder = config.forwarder;
+    let (threads, dispatcher) = ServingThreads::start(config.serving_threads, |index, handed| {
+        let lane = Arc::new(Lane::new(Arc::clone(&pipeline), forwarder.with_own_pool()));
+        let accepted = Accepted {
+            serving_tls: Arc::clone(&serving_tls),
+            http: Arc::clone(&http),
+            lane,
+            limits,
+            shutdown: shutdown.clone(),
+            accepted: pipeline.metrics().accepted_by(index),
+        };
+        accept::serve_handed(handed, accepted)
+    })?;
+    listening.store(true, std::sync::atomic::Ordering::Release);
+    info!(%addr, addrs = ?addrs, %admin_addr, threads = threads.count(), "serving the kubelet API");
+    let server = tokio::spawn(accept::serve(
+        listeners,
+        slots,
+        dispatcher,
+        threads,
+        limits,
+        shutdown.clone(),
+    ));
+    Ok(RunningProxy {
+        addr,
+        addrs,
+        admin_addr,
+        shutdown,
+        server,
+        admin,
+        admin_unix,
+        audit: config.audit,
+        handover,
+    })
+}
+
+/// The bounds every connection is served under.
+#[derive(Clone, Copy)]
+struct Limits {
+    max_connections: u32,
+    handshake_timeout: std::time::Duration,
+    deadlines: Deadlines,
+    grace_period: std::time::Duration,
+}

@@ -1,0 +1,252 @@
+//! Settings → running services. The only code that builds the API server and kubelet clients,
+//! creates the metrics registry, opens the audit log (creating the file, pruning old backups,
+//! starting its writer thread) and hands the reload registry to the file watcher; everything it
+//! needs was validated by [`Settings::load`], so what can fail here is what touching the system
+//! can fail at.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::admin::metrics::Metrics;
+use crate::apiserver::{ApiServerClient, ApiServerSettings};
+use crate::audit::AuditLog;
+use crate::authn::Authenticator;
+use crate::authn::token::TokenReviewAuthenticator;
+use crate::authn::x509::X509Authenticator;
+use crate::authz::node::NodeAuthorizer;
+use crate::authz::webhook::SubjectAccessReviewAuthorizer;
+use crate::authz::{Authorizer, AuthorizerChain};
+use crate::config::{
+    AuthorizationSettings, AuthorizerSettings, ConfigError, Settings, UpstreamSettings,
+};
+use crate::forward::{ForwardOptions, Forwarder};
+use crate::request::decision::Decider;
+use crate::server::shutdown::Shutdown;
+use crate::startup::reload::{ReloadRegistry, Reloadable};
+
+/// Everything the server runs with.
+pub struct Services {
+    /// Where the kubelet API is served.
+    pub listen_addresses: Vec<std::net::SocketAddr>,
+    /// How long a listen address in use is retried.
+    pub listen_retry_timeout: Duration,
+    /// Where /healthz, /readyz and /metrics are served.
+    pub admin_listen_address: std::net::SocketAddr,
+    /// Where this process alone serves the same.
+    pub admin_socket: Option<std::path::PathBuf>,
+    /// Serving TLS, swapped when its files change.
+    pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
+    /// Who is calling.
+    pub authenticator: Authenticator,
+    /// Path gate, attributes and authorizers.
+    pub decider: Decider,
+    /// The pooled client to the kubelet.
+    pub forwarder: Forwarder,
+    /// Handshake and request-header deadline.
+    pub header_read_timeout: Duration,
+    /// Time a connection may stay open with nothing in flight.
+    pub idle_connection_timeout: Duration,
+    /// Most connections served at once.
+    pub max_connections: u32,
+    /// Threads serving client connections, each with its own kubelet connection pool.
+    pub serving_threads: usize,
+    /// Time given to in-flight requests at shutdown.
+    pub shutdown_grace_period: Duration,
+    /// The metrics every part records into.
+    pub metrics: Arc<Metrics>,
+    /// What the file watcher keeps up to date, in dependency order.
+    pub reloads: ReloadRegistry,
+    /// Where audit events go, if anywhere: open, its writer running.
+    pub audit: Option<AuditLog>,
+    /// Refuse exec, attach and portForward while their audit event cannot be written.
+    pub audit_require_for_streams: bool,
+    /// Draining, closing, and the connections and sessions to wait for; shared with the
+    /// forwarder, whose upgraded sessions are among them.
+    pub shutdown: Shutdown,
+}
+
+/// Builds the services from `settings`. Must run inside a Tokio runtime: the API server
+/// clients start their tasks as they are built.
+pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
+    let metrics = Arc::new(Metrics::new());
+    let shutdown = Shutdown::new();
+    let mut reloads = settings.reloads;
+    let mut clients = ApiServerClients::new(
+        Arc::clone(&metrics),
+        settings.authorization.apiserver_max_reviews_inflight,
+    );
+    let tokens = match settings.token_review {
+        Some(review) => {
+            let client = clients.get(review.apiserver, &mut reloads);
+            let tokens = TokenReviewAuthenticator::new(
+                client,
+                review.audiences,
+                review.cache_ttl,
+                Arc::clone(&metrics),
+            )
+            .map_err(|e| client_error("--authentication-token-webhook", e))?;
+            Some(Arc::new(tokens))
+        }
+        None => None,
+    };
+    let authenticator = Authenticator::new(
+        settings.client_ca.map(X509Authenticator::new),
+        tokens,
+        settings.anonymous_auth,
+    )
+    .map_err(|e| client_error("--client-ca-file", e))?;
+    let decider = decider(settings.authorization, &mut clients, &mut reloads, &metrics)?;
+    let forwarder = forwarder(settings.upstream, &metrics, &shutdown);
+    let audit = match settings.audit {
+        Some(audit) => Some(
+            AuditLog::open(audit.target, audit.options, metrics.audit_dropped()).map_err(|e| {
+                ConfigError::File {
+                    flag: "--audit-log-path",
+                    reason: format!("cannot open: {e}"),
+                    path: audit.path,
+                    source: Some(Box::new(e)),
+                }
+            })?,
+        ),
+        None => None,
+    };
+    Ok(Services {
+        listen_addresses: settings.listen_addresses,
+        listen_retry_timeout: settings.listen_retry_timeout,
+        admin_listen_address: settings.admin_listen_address,
+        admin_socket: settings.admin_socket,
+        server_tls: settings.server_tls,
+        authenticator,
+        decider,
+        forwarder,
+        header_read_timeout: settings.header_read_timeout,
+        idle_connection_timeout: settings.idle_connection_timeout,
+        max_connections: settings.max_connections,
+        serving_threads: settings.serving_threads,
+        shutdown_grace_period: settings.shutdown_grace_period,
+        metrics,
+        reloads,
+        audit,
+        audit_require_for_streams: settings.audit_require_for_streams,
+        shutdown,
+    })
+}
+
+/// The forwarder to the kubelet (its connection pool, no connection opened yet). Also what
+/// `check-config --probe` builds, alone: it opens nothing else.
+pub fn forwarder(upstream: UpstreamSettings, metrics: &Metrics, shutdown: &Shutdown) -> Forwarder {
+    Forwarder::with_endpoint(
+        upstream.endpoint,
+        ForwardOptions {
+            forward_identity_headers: upstream.forward_identity_headers,
+            connect_timeout: upstream.connect_timeout,
+            streaming_idle_timeout: upstream.streaming_idle_timeout,
+            max_requests_inflight: upstream.max_requests_inflight,
+            max_requests_inflight_per_user: upstream.max_requests_inflight_per_user,
+            requests_in_flight: metrics.upstream_requests_in_flight(),
+            shutdown: shutdown.clone(),
+        },
+    )
+}
+
+/// The decider alone, for `explain`: webhooks get their own API server clients and metrics that
+/// nobody serves.
+pub fn decider_for_explain(settings: AuthorizationSettings) -> Result<Decider, ConfigError> {
+    let metrics = Arc::new(Metrics::new());
+    let mut clients = ApiServerClients::new(
+        Arc::clone(&metrics),
+        settings.apiserver_max_reviews_inflight,
+    );
+    // Nobody watches files for `explain`: it decides once and exits.
+    decider(
+        settings,
+        &mut clients,
+        &mut ReloadRegistry::default(),
+        &metrics,
+    )
+}
+
+fn decider(
+    settings: AuthorizationSettings,
+    clients: &mut ApiServerClients,
+    reloads: &mut ReloadRegistry,
+    metrics: &Arc<Metrics>,
+) -> Result<Decider, ConfigError> {
+    let node_name: Arc<str> = Arc::from(settings.node_name);
+    let mut chain = Vec::with_capacity(settings.authorizers.len());
+    for authorizer in settings.authorizers {
+        chain.push(match authorizer {
+            AuthorizerSettings::AlwaysAllow => Authorizer::AlwaysAllow,
+            AuthorizerSettings::AlwaysDeny => Authorizer::AlwaysDeny,
+            AuthorizerSettings::Node => {
+                Authorizer::Node(NodeAuthorizer::new(Arc::clone(&node_name)))
+            }
+            AuthorizerSettings::Policy(policy) => Authorizer::Policy(policy),
+            AuthorizerSettings::Webhook { spec, apiserver } => {
+                let client = clients.get(*apiserver, reloads);
+                Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
+                    client,
+                    &spec,
+                    Arc::clone(metrics),
+                )))
+            }
+        });
+    }
+    Ok(Decider {
+        authorizers: AuthorizerChain::new(chain),
+        mapping: settings.mapping,
+        node_name,
+    })
+}
+
+/// A failure to build something whose settings were valid, attributed to `flag`.
+fn client_error(
+    flag: &'static str,
+    e: impl std::error::Error + Send + Sync + 'static,
+) -> ConfigError {
+    ConfigError::Flag {
+        flag,
+        reason: e.to_string(),
+        source: Some(Box::new(e)),
+    }
+}
+
+/// API server clients by kubeconfig and timeout, so that TokenReview and the webhooks that share
+/// a connection share one client (and its connection pool and review bounds).
+struct ApiServerClients {
+    metrics: Arc<Metrics>,
+    /// `--apiserver-max-reviews-inflight`, for every client.
+    max_inflight: usize,
+    built: Vec<((Option<PathBuf>, Duration), ApiServerClient)>,
+}
+
+impl ApiServerClients {
+    fn new(metrics: Arc<Metrics>, max_inflight: usize) -> Self {
+        ApiServerClients {
+            metrics,
+            max_inflight,
+            built: Vec::new(),
+        }
+    }
+
+    /// The client for `settings`: the one already built for the same kubeconfig and timeout, or
+    /// a new one, whose credentials `reloads` then keeps up to date.
+    fn get(
+        &mut self,
+        settings: ApiServerSettings,
+        reloads: &mut ReloadRegistry,
+    ) -> ApiServerClient {
+        let (kubeconfig, timeout) = settings.sharing_key();
+        let key = (kubeconfig.map(Path::to_owned), timeout);
+        if let Some((_, client)) = self.built.iter().find(|(k, _)| *k == key) {
+            return client.clone();
+        }
+        if let Some(target) = settings.reload_target() {
+            reloads.add(target);
+        }
+        let client = ApiServerClient::new(settings, self.max_inflight, Arc::clone(&self.metrics));
+        self.built.push((key, client.clone()));
+        client
+    }
+}
