@@ -1,59 +1,66 @@
 //! kubelet-auth-proxy: an authenticating, authorizing reverse proxy for the kubelet API.
 //!
-//! Start-up: [`config`] turns flags and files into validated [`config::Settings`], reading files
-//! and nothing else (`check-config` stops there); [`mod@assemble`] builds the running services from
-//! them (API server and kubelet clients, metrics, the audit log); [`server`] serves. `explain`
-//! reads only [`config::AuthorizationSettings`] and runs the server's own decision.
+//! Each folder of `src/` is one layer; this map lists them in the order a request meets them,
+//! then the layers around the request: start-up, the operator's view, the tools.
 //!
-//! A request flows through the modules in this order (see [`server`] for the pipeline itself):
-//!
-//! - [`serving_threads`]: the threads that serve client connections, each with its own event
-//!   loop and kubelet connection pool, so a request stays on one thread; the main runtime's
-//!   accept loops ([`server`]) hand each connection to the thread serving the fewest.
-//! - [`http_server`]: the HTTP server a connection gets, by the protocol its TLS handshake agreed
-//!   (HTTP/2 for ALPN `h2`, HTTP/1.1 otherwise, as the kubelet).
-//! - [`connection`]: each client connection's deadlines (first request, idle) and its place under
-//!   `--max-connections`; [`descriptors`]: the open-file budget those places fit in.
-//! - [`tls`]: rustls serving config; client certificates are requested, never required, and only
-//!   the handshake signature is checked there.
-//! - [`decision`]: the one decision about a request, for the server and `explain` alike:
-//!   - [`canonical_path`]: the path gate before anything else: redirect or refuse unclean paths,
-//!     so the path we authorize is the path the kubelet routes;
+//! - [`server`]: the process and its sockets. [`server::listen_fds`] takes the sockets systemd
+//!   or the process handing over passed in, the rest are bound (`listeners`); the accept loops
+//!   (`accept`) hand each connection to the serving thread with the fewest
+//!   ([`server::serving_threads`]: each thread has its own event loop and kubelet connection
+//!   pool, so a request stays on one thread). A connection (`connection`: the TLS handshake,
+//!   then HTTP) is served in the protocol its handshake agreed ([`server::http_server`]: HTTP/2
+//!   for ALPN `h2`, HTTP/1.1 otherwise, as the kubelet) under its deadlines and its place under
+//!   `--max-connections` ([`server::deadlines`]), within the open-file budget
+//!   ([`server::descriptors`]). [`server::shutdown`] drains, then closes after the grace
+//!   period; [`server::handover`] replaces the process on `SIGUSR2` without refusing a
+//!   connection (listeners bound with `SO_REUSEPORT`, so a new process also starts beside the
+//!   old); [`server::systemd`] tells a `Type=notify` unit about readiness and stopping.
+//! - [`tls`]: rustls serving config (client certificates requested, never required; only the
+//!   handshake signature is checked there) and the client side towards the kubelet.
+//! - [`request`]: what happens to each request. [`request::pipeline`] runs it top to bottom:
+//!   the one decision (for the server and `explain` alike, [`request::decision`]), then
+//!   forwarding or refusing, counting and auditing. The decision is:
+//!   - [`request::canonical_path`]: the path gate before anything else: redirect or refuse
+//!     unclean paths, so the path we authorize is the path the kubelet routes;
 //!   - [`authn`]: who is calling (x509 client certificates, bearer tokens checked with
 //!     TokenReview, anonymous), with the kubelet's chain semantics; yields an `Arc<User>`;
 //!   - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!     authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
 //!     [`authz::rbac`] matching, [`authz::webhook`] with SubjectAccessReview);
-//!   - the kubelet's loop over the list, and [`decision::Refusal::answer`]: the one place a
-//!     refusal becomes its response ([`responses`], the kubelet's bodies) and metrics label.
+//!   - the kubelet's loop over the list, and [`request::decision::Refusal::answer`]: the one
+//!     place a refusal becomes its response ([`request::responses`], the kubelet's bodies) and
+//!     metrics label.
+//!
+//!   [`request::wire`] holds the header and WebSocket protocol knowledge [`authn`] and
+//!   [`forward`] share; [`request::held_body`] the response body that keeps a request's places
+//!   until it ends.
 //! - [`apiserver`]: TokenReview and SubjectAccessReview calls with the kubelet's retries;
-//!   [`cache`]: the bounded caches in front of them, which coalesce concurrent misses, spread the
-//!   expiries of keys filled together and refresh keys in use ahead of expiry ([`cache::policy`],
-//!   the rules the fleet simulation `examples/fleet_sim` runs too); the calls in flight are
-//!   bounded per kind, and the API server's `Retry-After` holds them all off
-//!   ([`apiserver::hold`]).
-//! - [`proxy`]: forwarding to the kubelet: header hygiene, streaming, upgrades (exec, attach and
-//!   portForward only, one task owning each session), and the bound on requests in flight to it,
-//!   in all and per user. [`wire`]: the header and WebSocket protocol knowledge [`authn`] and
-//!   [`proxy`] share.
-//! - [`reload`]: certificates, the client CA and policies swapped in when their files change.
-//! - [`reports`]: a recurring failure said once a minute per cause.
-//! - [`metrics`] and [`admin`]: Prometheus metrics and the `/healthz`, `/readyz`, `/metrics` listener
-//!   (on `--admin-socket` too, which [`admin_probe`] asks for exec probes); [`generation`]: which
-//!   build and process serves.
-//! - [`audit`]: one `audit.k8s.io/v1` event per request ([`audit`]'s `event`, `json`, `writer`,
-//!   `rotate`), written off the request path, each bounded in size; refusals before
-//!   authentication sampled ([`audit::refusals`]).
-//! - [`shutdown`]: draining, then closing after the grace period, and the connections and
-//!   sessions it waits for; [`systemd`]: readiness and stopping notifications for `Type=notify`.
-//! - Replacing the proxy without refusing a connection: listeners bound with `SO_REUSEPORT`
-//!   ([`server`]), so a new process starts beside the old; [`listen_fds`]: sockets passed in by
-//!   systemd or by the process handing over; [`handover`]: `SIGUSR2` starts the new version from
-//!   the same path with the same sockets, and drains once it serves.
-//! - [`demo`]: the self-contained tour; [`explain`]: one request's decision, step by step, or a
-//!   table of them (`--check`), for operators, from the same configuration and code.
+//!   [`apiserver::cache`]: the bounded caches in front of them, which coalesce concurrent misses,
+//!   spread the expiries of keys filled together and refresh keys in use ahead of expiry (the
+//!   rules the fleet simulation `examples/fleet_sim` runs too); the calls in flight are bounded
+//!   per kind, and the API server's `Retry-After` holds them all off ([`apiserver::hold`]).
+//! - [`forward`]: forwarding to the kubelet: header hygiene, streaming, upgrades (exec, attach
+//!   and portForward only, one task owning each session), and the bound on requests in flight to
+//!   it, in all and per user.
+//! - [`audit`]: one `audit.k8s.io/v1` event per request (`event`, `json`, `writer`, `rotate`),
+//!   written off the request path, each bounded in size; refusals before authentication sampled
+//!   ([`audit::refusals`]).
+//! - [`config`]: flags and files → validated [`config::Settings`], reading files and nothing
+//!   else (`check-config` stops there).
+//! - [`startup`]: [`startup::assemble`] builds the running services from the settings (API
+//!   server and kubelet clients, metrics, the audit log); [`startup::reload`] swaps
+//!   certificates, the client CA and policies in when their files change; [`startup::probe`]
+//!   (`check-config --probe`) reaches each dependency before the proxy relies on it.
+//! - [`admin`]: what the operator sees: Prometheus metrics ([`admin::metrics`],
+//!   [`admin::generation`]: which build and process serves), the `/healthz`, `/readyz`,
+//!   `/metrics` listener ([`admin::listener`], on `--admin-socket` too, which
+//!   [`admin::exec_probe`] asks for exec probes), and a recurring failure said once a minute
+//!   per cause ([`admin::reports`]).
+//! - [`tools`]: [`tools::demo`], the self-contained tour; [`tools::explain`], one request's
+//!   decision step by step, or a table of them (`--check`), from the server's own configuration
+//!   and code (it reads only [`config::AuthorizationSettings`]).
 // Denied everywhere but in the two modules that take and pass inherited descriptors
-// (listen_fds, handover), which no safe interface can do.
+// (server::listen_fds, server::handover), which no safe interface can do.
 #![deny(unsafe_code)]
 
 pub mod admin;
@@ -78,7 +85,7 @@ pub use startup::assemble::{Services, assemble};
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully, telling systemd (when it started
 /// the proxy as a `Type=notify` service) when serving begins and when draining starts. On
 /// SIGUSR2, hands the listening sockets to a new process started from the same path
-/// ([`handover`]) and drains once it serves; if it fails, goes on serving.
+/// ([`server::handover`]) and drains once it serves; if it fails, goes on serving.
 pub async fn run(config: Services) -> Result<(), StartError> {
     // Before anything else: a SIGUSR2 must never meet the default action, which kills.
     let mut upgrade =

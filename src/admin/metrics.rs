@@ -568,7 +568,7 @@ impl Metrics {
     }
 
     /// The open-connections gauge: every client connection, upgraded sessions included, counted
-    /// by its [`crate::server::connection::ConnectionSlot`].
+    /// by its [`crate::server::deadlines::ConnectionSlot`].
     pub fn connections(&self) -> &Gauge {
         &self.connections
     }

@@ -1,6 +1,6 @@
-//! The process and its sockets: binding the listeners ([`listeners`], or taking those passed in,
-//! [`listen_fds`]), accepting and handing each connection to a serving thread ([`accept`],
-//! [`serving_threads`]), serving it ([`connection`], [`http_server`], [`deadlines`]) within the
+//! The process and its sockets: binding the listeners (`listeners`, or taking those passed in,
+//! [`listen_fds`]), accepting and handing each connection to a serving thread (`accept`,
+//! [`serving_threads`]), serving it (`connection`, [`http_server`], [`deadlines`]) within the
 //! descriptor budget ([`descriptors`]), and ending or replacing the process ([`shutdown`],
 //! [`handover`], [`systemd`]). What happens to each request is [`crate::request`]'s.
 
