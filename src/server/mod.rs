@@ -1,8 +1,6 @@
-//! The process and its sockets: binding the listeners (`listeners`, or taking those passed in,
-//! [`listen_fds`]), accepting and handing each connection to a serving thread (`accept`,
-//! [`serving_threads`]), serving it (`connection`, [`http_server`], [`deadlines`]) within the
-//! descriptor budget ([`descriptors`]), and ending or replacing the process ([`shutdown`],
-//! [`handover`], [`systemd`]). What happens to each request is [`crate::request`]'s.
+//! The process and its sockets: listeners bound or inherited, accept loops handing connections to
+//! the serving threads, each connection's handshake and deadlines, and ending or replacing the
+//! process (shutdown, handover, systemd). What happens to each request is [`crate::request`]'s.
 
 mod accept;
 mod connection;
