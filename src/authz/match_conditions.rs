@@ -1,9 +1,10 @@
 //! A Webhook authorizer's `matchConditions`: CEL expressions over the SubjectAccessReview spec
 //! that decide whether the webhook is asked at all, compiled when the configuration is loaded and
-//! evaluated as kube-apiserver evaluates them (Kubernetes v1.34:
-//! `staging/src/k8s.io/apiserver/pkg/authorization/cel/compile.go` and `matcher.go`,
-//! `staging/src/k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go` `Authorize`, and
-//! `staging/src/k8s.io/apiserver/pkg/apis/apiserver/validation/validation.go`
+//! evaluated as kube-apiserver evaluates them.
+//!
+//! As in Kubernetes v1.34 (`staging/src/k8s.io/apiserver/pkg/authorization/cel/compile.go` and
+//! `matcher.go`, `staging/src/k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go`
+//! `Authorize`, and `staging/src/k8s.io/apiserver/pkg/apis/apiserver/validation/validation.go`
 //! `compileMatchConditions`):
 //!
 //! - the only variable is `request`, the v1 `SubjectAccessReviewSpec` as kube-apiserver hands it
