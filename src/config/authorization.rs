@@ -1,9 +1,10 @@
 //! `--authorization-config`: an `AuthorizationConfiguration` (`apiserver.config.k8s.io/v1`, as
-//! kube-apiserver reads it) describing the authorizer chain: `Webhook` (each with its own
-//! connection, timeout, TTLs and failure policy), `Node`, `AlwaysAllow`, `AlwaysDeny`, and this
-//! proxy's local `Policy`. Validated as kube-apiserver validates it, a webhook's CEL
-//! `matchConditions` compiled ([`crate::authz::match_conditions`]); anything the proxy cannot
-//! honour (`RBAC`, `ABAC`, `v1beta1` reviews) is an error that says so.
+//! kube-apiserver reads it) describing the authorizer chain, validated as kube-apiserver validates
+//! it; anything the proxy cannot honour (`RBAC`, `ABAC`, `v1beta1` reviews) is an error saying so.
+//!
+//! The chain holds `Webhook` authorizers (each with its own connection, timeout, TTLs and failure
+//! policy, its CEL `matchConditions` compiled: [`crate::authz::match_conditions`]), `Node`,
+//! `AlwaysAllow`, `AlwaysDeny`, and this proxy's local `Policy`.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};

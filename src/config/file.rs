@@ -1,8 +1,10 @@
-//! Configuration files that become flags: `--config` (the proxy's own `ProxyConfiguration`, whose
-//! keys are the flag names in camelCase) and `--kubelet-config` (the authentication,
-//! authorization and TLS fields of a `KubeletConfiguration`, with the kubelet's config-file
-//! defaults). Each file is turned into flag arguments placed before the command line's own, so
-//! precedence is plain: KubeletConfiguration < `--config` < flags, and every flag has a field.
+//! Configuration files that become flags: `--config` (the proxy's own `ProxyConfiguration`) and
+//! `--kubelet-config` (a `KubeletConfiguration`), each turned into flag arguments placed before the
+//! command line's own, so precedence is plain: KubeletConfiguration < `--config` < flags.
+//!
+//! A `ProxyConfiguration`'s keys are the flag names in camelCase, and every flag has a field; of a
+//! `KubeletConfiguration`, the authentication, authorization and TLS fields are read, with the
+//! kubelet's config-file defaults.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

@@ -1,9 +1,10 @@
-//! `--listen-address`: an address and port, or a port alone. A port alone stands for every
-//! address of the families the kubelet does not listen on with that port: the kernel refuses a
-//! wildcard beside a specific address of its own family and port, so beside a kubelet on
-//! `[::1]:PORT` it is `0.0.0.0:PORT`, beside one on `127.0.0.1:PORT` it is `[::]:PORT`, and
-//! otherwise (another port, a unix socket, a remote kubelet) both wildcards. The same value then
-//! fits every node, whichever loopback its kubelet was moved to.
+//! `--listen-address`: an address and port, or a port alone, which stands for every address of
+//! the families the kubelet does not listen on with that port, so that the same value fits every
+//! node, whichever loopback its kubelet was moved to.
+//!
+//! The kernel refuses a wildcard beside a specific address of its own family and port, so beside a
+//! kubelet on `[::1]:PORT` a port alone is `0.0.0.0:PORT`, beside one on `127.0.0.1:PORT` it is
+//! `[::]:PORT`, and otherwise (another port, a unix socket, a remote kubelet) both wildcards.
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::authorization::v1::NonResourceAttributes;
 
+use super::check::UNSUPPORTED_FUNCTIONS;
 use super::*;
 use crate::authn::User;
 use crate::authz::Attributes;

@@ -10,7 +10,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use super::load::BOOTSTRAPPING_LABEL;
+use super::kinds::BOOTSTRAPPING_LABEL;
 use super::{PolicyAuthorizer, PolicyRole};
 use crate::authz::attributes::{AttributeMapping, kubelet_verbs};
 use crate::authz::pod_attributes::pod_subresources;

@@ -4,9 +4,12 @@
 //! Manifests are validated and indexed by subject once at load; a request only visits its bindings.
 
 mod aggregate;
+mod errors;
 mod index;
+mod kinds;
 pub mod lint;
 mod load;
+mod validation;
 
 use std::collections::HashMap;
 
@@ -15,7 +18,8 @@ use super::{Attributes, Decision, Reason};
 use index::{Binding, Candidate, SubjectIndex};
 use load::RoleSource;
 
-pub use load::{MAX_POLICY_FILE_BYTES, PolicyError, PolicyProblem};
+pub use errors::{PolicyError, PolicyProblem};
+pub use load::MAX_POLICY_FILE_BYTES;
 
 /// The reason given when no binding allows a kubelet (cluster-wide) attribute set.
 const NO_BINDING_ALLOWS: Reason =

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::load::{LIST_API_VERSION, RBAC_API_GROUP, RBAC_API_VERSION};
+use super::kinds::{LIST_API_VERSION, RBAC_API_GROUP, RBAC_API_VERSION};
 use super::*;
 use crate::authn::User;
 use crate::authz::rbac::SERVICE_ACCOUNT_KIND;

@@ -1,0 +1,60 @@
+//! The audit log (`--audit-log-path` and its rotation and truncation flags), checked without
+//! creating, writing or removing anything.
+
+use std::path::PathBuf;
+
+use super::ConfigError;
+use super::error::file_cause;
+use super::flags::ProxyFlags;
+use super::warnings::Warning;
+use crate::audit::{self, AuditOptions, AuditTarget, Rotation};
+
+/// The audit log, checked but not opened.
+pub struct AuditSettings {
+    /// A file or standard output.
+    pub target: AuditTarget,
+    /// Rotation and truncation.
+    pub options: AuditOptions,
+    /// `--audit-log-path` as given, for errors.
+    pub path: PathBuf,
+}
+
+/// Checks `--audit-log-path` and its rotation and truncation flags without creating, writing or
+/// removing anything: the directory must exist and be writable, and the file, if present, must be
+/// a regular file.
+pub(super) fn audit_settings(
+    flags: &ProxyFlags,
+    warnings: &mut Vec<Warning>,
+) -> Result<Option<AuditSettings>, ConfigError> {
+    let Some(path) = &flags.audit_log_path else {
+        return Ok(None);
+    };
+    let target = AuditTarget::from_flag(path.clone());
+    if let AuditTarget::File(file) = &target {
+        if flags.audit_log_maxsize == 0 {
+            warnings.push(Warning::new(
+                "--audit-log-maxsize",
+                "0: the audit log is never rotated and can fill its disk",
+            ));
+        } else if flags.audit_log_maxbackup == 0 {
+            warnings.push(Warning::new(
+                "--audit-log-maxbackup",
+                "0: every rotated audit log is kept; together they can fill their disk",
+            ));
+        }
+        audit::check_file_target(file).map_err(|e| file_cause("--audit-log-path", path, e))?;
+    }
+    Ok(Some(AuditSettings {
+        target,
+        options: AuditOptions {
+            rotation: Rotation {
+                max_size_mb: flags.audit_log_maxsize,
+                max_backups: flags.audit_log_maxbackup,
+            },
+            max_event_size: flags
+                .audit_log_truncate_enabled
+                .then_some(flags.audit_log_truncate_max_event_size as usize),
+        },
+        path: path.clone(),
+    }))
+}
