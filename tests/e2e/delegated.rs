@@ -13,11 +13,10 @@ use crate::support::apiserver::{
     API_AUDIENCES, ApiServer, Caller, Fault, Flavour, Kind, PROXY_IDENTITY, Target, TokenUser,
     Verdict,
 };
-use crate::support::client::{
-    ANY_TLS, Client, ForwardedIdentity, HTTP1_ONLY, Identity, Reply, empty, request,
-};
+use crate::support::client::{Client, ForwardedIdentity, Identity, Reply, empty, request};
 use crate::support::harness::{Harness, NODE_NAME, ProxySpec, Subject, grant};
 use crate::support::pki::{Authority, CertSpec, sha256_hex};
+use crate::support::process::ProcessSpec;
 use crate::support::within;
 
 const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
@@ -147,10 +146,6 @@ fn websocket(path: &str, token: &str) -> http::Request<crate::support::client::B
         )
         .body(empty())
         .unwrap()
-}
-
-fn http1(h: &Harness, identity: Identity) -> Client {
-    Client::configured(h.ca.cert(), h.addr(), identity, HTTP1_ONLY, ANY_TLS)
 }
 
 /// Sum of the samples of `name` whose labels include all of `labels`.
@@ -293,7 +288,7 @@ async fn websocket_protocol_token_authenticates_and_is_removed() {
         TokenUser::new("bob").groups(&["system:authenticated"]),
     );
     let h = token_proxy(&api, &[]).await;
-    let client = http1(&h, Identity::None);
+    let client = h.http1_client(Identity::None);
 
     // A WebSocket handshake to a path the kubelet answers without upgrading shows what reached it.
     let reply = client.send(websocket("/echo", token)).await;
@@ -323,7 +318,7 @@ async fn websocket_protocol_token_errors() {
     let api = ApiServer::start().await;
     api.add_token("tok-bob", TokenUser::new("bob"));
     let h = token_proxy(&api, &["--anonymous-auth"]).await;
-    let client = http1(&h, Identity::None);
+    let client = h.http1_client(Identity::None);
     let handshake = |protocols: String| {
         request("GET", "/echo")
             .header("connection", "Upgrade")
@@ -1364,13 +1359,6 @@ async fn metrics_count_calls_cache_lookups_and_coalesced_waits() {
 /// instead of "no credential", and, with anonymous access on, why the caller is anonymous.
 #[tokio::test]
 async fn a_token_sent_while_token_authentication_is_off_is_named_in_the_log() {
-    let kubelet = within(
-        "starting the stand-in kubelet",
-        kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None),
-    )
-    .await
-    .unwrap();
-    let upstream = format!("http://{}", kubelet.addr().unwrap());
     for (anonymous, status, words) in [
         (
             false,
@@ -1379,18 +1367,12 @@ async fn a_token_sent_while_token_authentication_is_off_is_named_in_the_log() {
         ),
         (true, StatusCode::OK, "anonymous: a bearer token was sent"),
     ] {
-        let dir = crate::support::TempDir::new("ignored-token");
-        let ca = Authority::root("ignored token CA");
-        let extra = format!("anonymousAuth: {anonymous}\n");
-        let config = crate::support::process::proxy_config(&dir, &ca, &upstream, &extra);
-        let proxy = crate::support::process::ProxyProcess::start(
-            &dir,
-            "proxy",
-            &["--config".to_owned(), config, "-v=2".to_owned()],
-            &[],
-        )
-        .await;
-        let client = Client::new(ca.cert(), proxy.addr(), Identity::None);
+        let site = ProcessSpec::new("ignored-token")
+            .config(&format!("anonymousAuth: {anonymous}\n"))
+            .prepare()
+            .await;
+        let proxy = site.start("proxy", &["-v=2".to_owned()]).await;
+        let client = site.anonymous(proxy.addr());
         let request = request("GET", "/pods")
             .header("authorization", "Bearer not-checked")
             .body(empty())

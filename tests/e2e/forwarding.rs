@@ -8,9 +8,7 @@ use http_body_util::BodyExt;
 
 use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
-use crate::support::client::{
-    ANY_TLS, Client, HTTP1_ONLY, Identity, channel_body, empty, plain_send, request,
-};
+use crate::support::client::{Identity, channel_body, empty, plain_send, request};
 use crate::support::harness::{ProxySpec, Upstream};
 use crate::support::pki::CertSpec;
 use crate::support::within;
@@ -127,13 +125,7 @@ async fn client_identity_and_hop_by_hop_headers_never_reach_the_kubelet() {
         let h = ProxySpec::new(&args).start().await;
         let cert = h.ca.issue(&CertSpec::client("alice").org("ops"));
         // HTTP/1.1, where connection-specific headers can be sent at all.
-        let alice = Client::configured(
-            h.ca.cert(),
-            h.addr(),
-            Identity::of(&cert),
-            HTTP1_ONLY,
-            ANY_TLS,
-        );
+        let alice = h.http1_client(Identity::of(&cert));
         let echo = alice.send(hostile_request()).await.echo();
         let names = echo.header_names();
         for stripped in STRIPPED {

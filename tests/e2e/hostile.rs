@@ -9,7 +9,7 @@ use http::{Method, Request, StatusCode, Uri};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::support::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{Identity, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::pki::{CertSpec, Issued};
 use crate::support::raw::{connect, exchange, read_to_close, statuses, tls_config};
@@ -646,7 +646,7 @@ async fn too_deep_or_too_large_client_chains_are_refused() {
 /// The chain is refused: a failed handshake, or a 401; never served, and never a hang (every
 /// step is bounded).
 async fn refused_chain(h: &Harness, identity: Identity, name: &str) {
-    let client = Client::configured(h.ca.cert(), h.addr(), identity, HTTP1_ONLY, ANY_TLS);
+    let client = h.http1_client(identity);
     let sent = client
         .try_send(request("GET", "/pods").body(empty()).unwrap())
         .await;

@@ -5,7 +5,7 @@
 
 use http::StatusCode;
 
-use crate::support::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{Identity, empty, request};
 use crate::support::harness::ProxySpec;
 use crate::support::pki::CertSpec;
 
@@ -18,13 +18,7 @@ async fn lookalike_identity_and_method_override_headers_are_removed() {
     .start()
     .await;
     let alice = h.ca.issue(&CertSpec::client("alice").org("devs"));
-    let client = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&alice),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let client = h.http1_client(Identity::of(&alice));
     let reply = client
         .send(
             request("GET", "/echo")

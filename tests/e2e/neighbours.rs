@@ -10,7 +10,7 @@ use std::time::Duration;
 use http::StatusCode;
 
 use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, Target, TokenUser, Verdict};
-use crate::support::client::{ANY_TLS, Body, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{Body, Client, Identity, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::load::Load;
 use crate::support::pki::{Authority, CertSpec};
@@ -110,13 +110,7 @@ async fn kubelet_restart_under_live_traffic_is_502_then_recovers_and_leaks_nothi
     let baseline = steady(&proxy).await;
     let alice = proxy.ca.issue(&CertSpec::client("alice"));
     let h2 = proxy.client(Identity::of(&alice));
-    let http1 = Client::configured(
-        proxy.ca.cert(),
-        proxy.process().addr(),
-        Identity::of(&alice),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let http1 = proxy.http1_client(Identity::of(&alice));
     let workers = vec![
         Worker::new("h2 a", h2.clone(), |_| get("/pods")),
         Worker::new("h2 b", h2, |n| get(&format!("/echo?n={n}"))),
@@ -439,13 +433,7 @@ const CONNECTIONS_BOUND: Duration = Duration::from_secs(150);
 /// how many connections were made.
 async fn open_and_close(proxy: &Standalone, per_maker: usize) -> usize {
     let anonymous = proxy.client(Identity::None);
-    let alice = Client::configured(
-        proxy.ca.cert(),
-        proxy.process().addr(),
-        Identity::of(&proxy.ca.issue(&CertSpec::client("alice"))),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let alice = proxy.http1_client(Identity::of(&proxy.ca.issue(&CertSpec::client("alice"))));
     let mut makers = tokio::task::JoinSet::new();
     for maker in 0..MAKERS {
         let (anonymous, alice) = (anonymous.clone(), alice.clone());

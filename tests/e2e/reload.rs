@@ -16,10 +16,11 @@ use notify::{RecursiveMode, Watcher};
 use crate::support::client::{
     ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,
 };
+use crate::support::eventually;
 use crate::support::harness::{Harness, ProxySpec, Subject, grant};
 use crate::support::load::Load;
 use crate::support::pki::{Authority, CertSpec, Issued, common_name_of, serial_of};
-use crate::support::{eventually, within};
+use crate::support::process::ProcessSpec;
 
 const RELOADS: &str = "kubelet_auth_proxy_config_reloads_total";
 /// PEM markers around something that is not base64 of a certificate.
@@ -511,24 +512,11 @@ async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
 /// file-watching library logs the events that log causes, so the log cannot feed itself.
 #[tokio::test]
 async fn a_log_written_next_to_the_watched_files_does_not_feed_itself() {
-    let kubelet = within(
-        "starting the stand-in kubelet",
-        kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None),
-    )
-    .await
-    .unwrap();
-    let dir = crate::support::TempDir::new("watch-own-log");
-    let ca = Authority::root("watch own log CA");
-    let upstream = format!("http://{}", kubelet.addr().unwrap());
-    let config = crate::support::process::proxy_config(&dir, &ca, &upstream, "");
+    let site = ProcessSpec::new("watch-own-log").prepare().await;
     let trace = std::ffi::OsStr::new("trace");
-    let proxy = crate::support::process::ProxyProcess::start(
-        &dir,
-        "proxy",
-        &["--config".to_owned(), config],
-        &[("RUST_LOG", trace)],
-    )
-    .await;
+    let proxy = site
+        .start_with_env("proxy", &[], &[("RUST_LOG", trace)])
+        .await;
     // Let a feedback loop, if there were one, run for a while.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let settled = proxy.stderr().lines().count();

@@ -20,7 +20,7 @@ use http::StatusCode;
 
 use crate::support::TempDir;
 use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, TokenUser, Verdict};
-use crate::support::client::{ANY_TLS, Body, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{Body, Identity, empty, request};
 use crate::support::pki::CertSpec;
 use crate::support::standalone::Standalone;
 
@@ -122,15 +122,10 @@ async fn run(level: &str, rust_log: Option<&str>, format: &str) -> (String, Vec<
         StatusCode::UNAUTHORIZED,
         "{what}: query token"
     );
-    let ws = Client::configured(
-        proxy.ca.cert(),
-        proxy.process().addr(),
-        Identity::None,
-        HTTP1_ONLY,
-        ANY_TLS,
-    )
-    .send(websocket(WEBSOCKET))
-    .await;
+    let ws = proxy
+        .http1_client(Identity::None)
+        .send(websocket(WEBSOCKET))
+        .await;
     assert_eq!(ws.status, StatusCode::OK, "{what}: {}", ws.text());
     let alice = proxy.client(Identity::of(&proxy.ca.issue(&CertSpec::client("alice"))));
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);

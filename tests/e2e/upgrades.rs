@@ -5,9 +5,8 @@ use http::StatusCode;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{empty, request};
 use crate::support::harness::{ProxySpec, Upstream};
-use crate::support::pki::CertSpec;
 use crate::support::within;
 
 /// RFC 6455's sample key and the accept value it must produce.
@@ -36,14 +35,7 @@ async fn splice(
         .upstream(upstream)
         .start()
         .await;
-    let cert = h.ca.issue(&CertSpec::client("alice"));
-    let alice = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&cert),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let alice = h.http1_user("alice");
     let mut req = request(method, target)
         .header("connection", "Upgrade")
         .header("upgrade", protocol);

@@ -173,6 +173,12 @@ impl Client {
         Client::configured(root, addr, identity, H2_AND_HTTP1, ANY_TLS)
     }
 
+    /// Offers only HTTP/1.1, TLS 1.2 and 1.3: the protocol of exec, attach and portForward
+    /// upgrades, and the only one where connection-specific headers can be sent at all.
+    pub fn http1(root: &CertificateDer<'static>, addr: SocketAddr, identity: Identity) -> Client {
+        Client::configured(root, addr, identity, HTTP1_ONLY, ANY_TLS)
+    }
+
     /// Offers the given ALPN protocols and TLS versions.
     pub fn configured(
         root: &CertificateDer<'static>,

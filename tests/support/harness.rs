@@ -234,9 +234,9 @@ async fn start_kubelet(
 ) -> StandInKubelet {
     let started = async {
         match upstream {
-            Upstream::Https => StandInKubelet::start(Some(kubelet_tls(ca, serving, false))).await,
+            Upstream::Https => StandInKubelet::start(Some(kubelet_tls(serving, None))).await,
             Upstream::HttpsRequiringClientCert { .. } => {
-                StandInKubelet::start(Some(kubelet_tls(ca, serving, true))).await
+                StandInKubelet::start(Some(kubelet_tls(serving, Some(ca)))).await
             }
             Upstream::Http => StandInKubelet::start(None).await,
             Upstream::Unix => StandInKubelet::start_unix(socket.to_owned()).await,
@@ -247,20 +247,24 @@ async fn start_kubelet(
         .unwrap()
 }
 
-fn kubelet_tls(ca: &Authority, serving: &Issued, require_client_cert: bool) -> Arc<ServerConfig> {
+/// The stand-in kubelet's TLS: `serving` as its certificate and, with `client_ca`, client
+/// certificates required from that CA (as a kubelet with `clientCAFile` set). One place for it,
+/// so every scenario's kubelet speaks TLS the same way.
+pub fn kubelet_tls(serving: &Issued, client_ca: Option<&Authority>) -> Arc<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .unwrap();
-    let builder = if require_client_cert {
-        let mut roots = RootCertStore::empty();
-        roots.add(ca.cert().clone()).unwrap();
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .unwrap();
-        builder.with_client_cert_verifier(verifier)
-    } else {
-        builder.with_no_client_auth()
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            roots.add(ca.cert().clone()).unwrap();
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
     };
     Arc::new(
         builder
@@ -328,15 +332,25 @@ impl Harness {
         self.client(Identity::of(&self.ca.issue(&spec)))
     }
 
-    /// A client with a valid certificate for `name` offering only HTTP/1.1, the protocol of
-    /// exec, attach and portForward upgrades.
+    /// A client presenting `identity` offering only HTTP/1.1, the protocol of exec, attach and
+    /// portForward upgrades.
+    pub fn http1_client(&self, identity: Identity) -> Client {
+        Client::http1(self.ca.cert(), self.addr(), identity)
+    }
+
+    /// A client with a valid certificate for `name` offering only HTTP/1.1.
     pub fn http1_user(&self, name: &str) -> Client {
+        self.user_offering(name, HTTP1_ONLY)
+    }
+
+    /// A client with a valid certificate for `name` offering the ALPN protocols `alpn`.
+    pub fn user_offering(&self, name: &str, alpn: &[&[u8]]) -> Client {
         let cert = self.ca.issue(&CertSpec::client(name));
         Client::configured(
             self.ca.cert(),
             self.addr(),
             Identity::of(&cert),
-            HTTP1_ONLY,
+            alpn,
             ANY_TLS,
         )
     }
