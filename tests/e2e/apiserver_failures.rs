@@ -4,8 +4,8 @@
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, TokenUser};
-use crate::support::client::{H2_AND_HTTP1, empty, request};
+use crate::support::apiserver::{ApiServer, Fault, Kind, TokenUser};
+use crate::support::client::H2_AND_HTTP1;
 use crate::support::eventually;
 use crate::support::metrics::total;
 use crate::support::process::ProcessSpec;
@@ -16,7 +16,7 @@ async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
     api.add_token("tok", TokenUser::new("carol"));
     let site = ProcessSpec::new("apiserver-failures")
         .config("authenticationTokenWebhook: true\n")
-        .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+        .apiserver(&api)
         .prepare()
         .await;
     let proxy = site
@@ -33,14 +33,7 @@ async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
     // A TokenReview that cannot reach the API server: another kind and cause, reported too.
     api.stop().await;
     let token = site.anonymous(proxy.addr());
-    let reply = token
-        .send(
-            request("GET", "/pods")
-                .header("authorization", "Bearer tok")
-                .body(empty())
-                .unwrap(),
-        )
-        .await;
+    let reply = token.get_with_token("/pods", "tok").await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
 
     // The log reaches the test through a pipe: wait until both reports are in.

@@ -11,12 +11,12 @@ use base64::Engine;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use crate::support::apiserver::{ApiServer, Flavour, TokenUser};
-use crate::support::client::{H2_AND_HTTP1, Identity, Reply, empty, plain_get, request};
+use crate::support::apiserver::{ApiServer, TokenUser};
+use crate::support::client::{H2_AND_HTTP1, Identity, Reply, bearer, empty, plain_get, request};
 use crate::support::harness::{NODE_NAME, ProxySpec, Subject, grant};
 use crate::support::pki::{CertSpec, sha256_hex};
 use crate::support::process::ProcessSpec;
-use crate::support::streams::{EXEC_PROTOCOL, EXEC_TARGET, ExecSession};
+use crate::support::streams::{EXEC_PROTOCOL, EXEC_TARGET, ExecSession, WEBSOCKET_TOKEN_PREFIX};
 use crate::support::{TempDir, eventually};
 
 /// The events in an audit log, one JSON object per line; panics on a line that is not one.
@@ -347,24 +347,18 @@ async fn bearer_tokens_never_reach_the_audit_log() {
         "--authorization-mode=AlwaysAllow",
         &format!("--audit-log-path={}", log.display()),
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
-    let bearer = |token: &str| {
-        request("GET", "/pods")
-            .header("authorization", format!("Bearer {token}"))
-            .body(empty())
-            .unwrap()
-    };
-    let with_token = h.anonymous().send(bearer(TOKEN)).await;
+    let with_token = h.anonymous().send(bearer("/pods", TOKEN)).await;
     assert_eq!(with_token.status, StatusCode::OK);
-    let rejected = h.anonymous().send(bearer(UNKNOWN)).await;
+    let rejected = h.anonymous().send(bearer("/pods", UNKNOWN)).await;
     assert_eq!(rejected.status, StatusCode::UNAUTHORIZED);
     let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(TOKEN);
     let websocket = h.http1_client(Identity::None);
     let mut session = ExecSession::open(
         &websocket,
-        &format!("{EXEC_PROTOCOL}, base64url.bearer.authorization.k8s.io.{encoded}"),
+        &format!("{EXEC_PROTOCOL}, {WEBSOCKET_TOKEN_PREFIX}{encoded}"),
     )
     .await;
     session.echo(b"as bob").await;

@@ -6,7 +6,7 @@
 use serde_json::Value;
 
 use crate::support::TempDir;
-use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, Verdict};
+use crate::support::apiserver::{ApiServer, Fault, Kind, Verdict};
 use crate::support::process::{Deployment, Finished, ProcessSpec, run};
 
 /// Three roles, four bindings: the group `monitoring` has stats through the first binding and
@@ -397,7 +397,7 @@ async fn explain_with_webhook_shows_the_subject_access_review_reason() {
     });
     let site = ProcessSpec::new("explain-webhook")
         .upstream(NOWHERE)
-        .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+        .apiserver(&api)
         .prepare()
         .await;
     async fn webhook(site: &Deployment, name: &str, args: &[&str]) -> Finished {

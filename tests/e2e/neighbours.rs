@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, Target, TokenUser, Verdict};
-use crate::support::client::{Body, Client, Identity, empty, request};
+use crate::support::apiserver::{ApiServer, Fault, Kind, Target, TokenUser, Verdict};
+use crate::support::client::{Body, Client, Identity, bearer, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::load::Load;
 use crate::support::pki::{Authority, CertSpec};
@@ -30,13 +30,6 @@ const STREAMS_OPEN: &str = "kubelet_auth_proxy_upgraded_streams_open";
 
 fn get(path: &str) -> http::Request<Body> {
     request("GET", path).body(empty()).unwrap()
-}
-
-fn bearer(path: &str, token: &str) -> http::Request<Body> {
-    request("GET", path)
-        .header("authorization", format!("Bearer {token}"))
-        .body(empty())
-        .unwrap()
 }
 
 /// Asserts that `worker` saw only answers starting with one of `allowed` in `phase` (requests
@@ -194,7 +187,7 @@ async fn api_scenario() -> (ApiServer, Harness, Traffic) {
         "--authorization-mode=Webhook",
         "--apiserver-request-timeout=1s",
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
     let alice = h.user("alice", &[]);

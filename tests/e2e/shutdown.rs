@@ -11,7 +11,7 @@ use std::time::Instant;
 use http::StatusCode;
 use tokio::net::{TcpStream, UnixDatagram};
 
-use crate::support::apiserver::{ApiServer, Flavour, Kind, Verdict};
+use crate::support::apiserver::{ApiServer, Kind, Verdict};
 use crate::support::client::{H2_AND_HTTP1, HTTP1_ONLY, Reply, empty, plain_get, request};
 use crate::support::harness::ProxySpec;
 use crate::support::process::ProcessSpec;
@@ -49,7 +49,7 @@ async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
         "--shutdown-grace-period=30s",
         "--apiserver-request-timeout=30s",
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
     let (addr, admin) = (h.addr(), h.admin_addr());

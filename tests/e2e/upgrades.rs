@@ -89,16 +89,22 @@ const WEBSOCKET_HEADERS: &[(&str, &str)] = &[
     ("sec-websocket-protocol", "v5.channel.k8s.io"),
 ];
 
-#[tokio::test]
-async fn websocket_exec_echoes_both_ways() {
-    // Over plain HTTP to the kubelet, the kubelet's close reaches the caller as a clean close.
-    let end = splice(
-        Upstream::Http,
+/// [`splice`] of kubectl's WebSocket exec through a proxy in front of `upstream`.
+async fn websocket_exec(upstream: Upstream) -> End {
+    splice(
+        upstream,
         "GET",
         WEBSOCKET_EXEC,
         WEBSOCKET_HEADERS,
         "websocket",
     )
+    .await
+}
+
+#[tokio::test]
+async fn websocket_exec_echoes_both_ways() {
+    // Over plain HTTP to the kubelet, the kubelet's close reaches the caller as a clean close.
+    let end = websocket_exec(Upstream::Http)
     .await;
     assert_eq!(end, End::Clean);
 }
@@ -106,25 +112,13 @@ async fn websocket_exec_echoes_both_ways() {
 #[tokio::test]
 async fn websocket_exec_through_an_https_kubelet_ends_when_the_caller_closes() {
     // The splice ends either way (see the ignored test below for how).
-    splice(
-        Upstream::Https,
-        "GET",
-        WEBSOCKET_EXEC,
-        WEBSOCKET_HEADERS,
-        "websocket",
-    )
+    websocket_exec(Upstream::Https)
     .await;
 }
 
 #[tokio::test]
 async fn websocket_exec_through_an_https_kubelet_ends_with_a_clean_close() {
-    let end = splice(
-        Upstream::Https,
-        "GET",
-        WEBSOCKET_EXEC,
-        WEBSOCKET_HEADERS,
-        "websocket",
-    )
+    let end = websocket_exec(Upstream::Https)
     .await;
     assert_eq!(end, End::Clean);
 }

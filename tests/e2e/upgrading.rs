@@ -4,6 +4,7 @@
 //! client, and a failing new binary that leaves the old one serving. Clients keep count of what
 //! they get; nothing here depends on timing.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::support::client::{Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Reply, empty, request};
 use crate::support::metrics::total;
-use crate::support::process::{BINARY, ProcessSpec, ProxyProcess, run};
+use crate::support::process::{BINARY, Deployment, ProcessSpec, ProxyProcess, run};
 use crate::support::streams::{EXEC_PROTOCOL, ExecSession};
 use crate::support::{TempDir, eventually, within};
 
@@ -98,6 +99,62 @@ impl Caller {
     }
 }
 
+/// The two clients of every replacement, stopped together: `fresh` (a new connection for each
+/// request, h2 or HTTP/1.1) and `kept` (one keep-alive HTTP/1.1 connection).
+struct Traffic {
+    stop: watch::Sender<bool>,
+    fresh: Caller,
+    kept: Caller,
+}
+
+impl Traffic {
+    fn start(site: &Deployment, addr: SocketAddr) -> Traffic {
+        let (stop, stopped) = watch::channel(false);
+        let fresh = Caller::start(
+            site.client(addr, "fresh", H2_AND_HTTP1),
+            true,
+            stopped.clone(),
+        );
+        let kept = Caller::start(site.client(addr, "kept", HTTP1_ONLY), false, stopped);
+        Traffic { stop, fresh, kept }
+    }
+
+    /// Another caller of `client`, stopped with these.
+    fn also(&self, client: Client, fresh: bool) -> Caller {
+        Caller::start(client, fresh, self.stop.subscribe())
+    }
+
+    /// Waits until `fresh` more requests on new connections, and `kept` more on the kept one,
+    /// were answered.
+    async fn goes_on(&self, fresh: u64, kept: u64) {
+        let (fresh_before, kept_before) = (self.fresh.ok(), self.kept.ok());
+        self.fresh.answered(fresh_before, fresh).await;
+        self.kept.answered(kept_before, kept).await;
+    }
+
+    /// Stops every caller; hands back `fresh` and `kept`, for their counts and failures.
+    fn stop(self) -> [Caller; 2] {
+        self.stop.send_replace(true);
+        [self.fresh, self.kept]
+    }
+}
+
+/// Waits for stopped `callers` to end, asserts that none of their requests failed, and returns
+/// how many were answered.
+async fn none_failed(callers: impl IntoIterator<Item = Caller>) -> u64 {
+    let mut served = 0;
+    let mut failures = Vec::new();
+    for caller in callers {
+        served += caller.ok();
+        failures.extend(caller.failures().await);
+    }
+    assert!(
+        failures.is_empty(),
+        "{served} answered, failed: {failures:?}"
+    );
+    served
+}
+
 /// A link to the binary under test in `dir`, the path the proxy is started from: pointing it
 /// elsewhere stands for an upgraded (or broken) file.
 fn installed(dir: &TempDir) -> PathBuf {
@@ -176,14 +233,8 @@ async fn a_second_proxy_serves_beside_a_running_one_and_alone_once_it_stops() {
         .start("old", &[format!("--admin-socket={}", old_socket.display())])
         .await;
     let (addr, admin) = (old.addr(), old.admin_addr());
-    let (stop, stopped) = watch::channel(false);
-    let fresh = Caller::start(
-        site.client(addr, "fresh", H2_AND_HTTP1),
-        true,
-        stopped.clone(),
-    );
-    let kept = Caller::start(site.client(addr, "kept", HTTP1_ONLY), false, stopped);
-    fresh.answered(0, 5).await;
+    let traffic = Traffic::start(&site, addr);
+    traffic.goes_on(5, 0).await;
 
     // The new pod's process, on the very same addresses.
     let new = site
@@ -200,24 +251,13 @@ async fn a_second_proxy_serves_beside_a_running_one_and_alone_once_it_stops() {
     // Its readiness is its own, through its socket.
     let (ready, said) = admin_probe(dir, &new_socket, "/readyz").await;
     assert!(ready, "{said}");
-    let (before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(before, 20).await;
-    kept.answered(kept_before, 5).await;
+    traffic.goes_on(20, 5).await;
 
     // The rollout stops the old pod once the new one is ready.
     old.terminate();
     assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
-    let (before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(before, 20).await;
-    kept.answered(kept_before, 5).await;
-    stop.send_replace(true);
-    let served = fresh.ok() + kept.ok();
-    let failures = [fresh.failures().await, kept.failures().await].concat();
-    assert!(
-        failures.is_empty(),
-        "{} answered, failed: {failures:?}",
-        served
-    );
+    traffic.goes_on(20, 5).await;
+    let served = none_failed(traffic.stop()).await;
 
     // Everything since the old one left was the new one's, which counts it.
     let (_, metrics) = admin_probe(dir, &new_socket, "/metrics").await;
@@ -244,20 +284,9 @@ async fn sigusr2_hands_over_to_a_new_process_while_sessions_finish_on_the_old() 
     let mut session =
         ExecSession::open(&site.client(addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
     session.echo(b"before the upgrade").await;
-    let (stop, stopped) = watch::channel(false);
-    let fresh = Caller::start(
-        site.client(addr, "fresh", H2_AND_HTTP1),
-        true,
-        stopped.clone(),
-    );
-    let kept = Caller::start(
-        site.client(addr, "kept", HTTP1_ONLY),
-        false,
-        stopped.clone(),
-    );
-    let kept_h2 = Caller::start(site.client(addr, "kept-h2", H2_AND_HTTP1), false, stopped);
-    fresh.answered(0, 5).await;
-    kept.answered(0, 5).await;
+    let traffic = Traffic::start(&site, addr);
+    let kept_h2 = traffic.also(site.client(addr, "kept-h2", H2_AND_HTTP1), false);
+    traffic.goes_on(5, 5).await;
     kept_h2.answered(0, 5).await;
 
     old.signal("USR2");
@@ -269,31 +298,16 @@ async fn sigusr2_hands_over_to_a_new_process_while_sessions_finish_on_the_old() 
     );
     assert_ne!(successor.0.as_raw_nonzero().get() as u32, old.pid());
     // The session stays on the old process, which drains around it; new requests go on.
-    let (before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(before, 20).await;
-    kept.answered(kept_before, 5).await;
+    traffic.goes_on(20, 5).await;
     session.echo(b"during the handover").await;
     // The session ends on its own, and the old process with it.
     session.close().await;
     assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
     assert!(successor.alive());
-    let (before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(before, 20).await;
-    kept.answered(kept_before, 5).await;
+    traffic.goes_on(20, 5).await;
     kept_h2.answered(kept_h2.ok(), 5).await;
-    stop.send_replace(true);
-    let served = fresh.ok() + kept.ok() + kept_h2.ok();
-    let failures = [
-        fresh.failures().await,
-        kept.failures().await,
-        kept_h2.failures().await,
-    ]
-    .concat();
-    assert!(
-        failures.is_empty(),
-        "{} answered, failed: {failures:?}",
-        served
-    );
+    let [fresh, kept] = traffic.stop();
+    let served = none_failed([fresh, kept, kept_h2]).await;
     println!(
         "SIGUSR2: {served} requests answered across the handover, 0 failed, the session ran to its end"
     );
@@ -422,16 +436,10 @@ async fn restart_row(how: Replacement) -> String {
         format!("--listen-address={addr}"),
         format!("--admin-listen-address={admin}"),
     ];
-    let (stop, stopped) = watch::channel(false);
-    let fresh = Caller::start(
-        site.client(addr, "fresh", H2_AND_HTTP1),
-        true,
-        stopped.clone(),
-    );
-    let kept = Caller::start(site.client(addr, "kept", HTTP1_ONLY), false, stopped);
+    let traffic = Traffic::start(&site, addr);
     let mut session =
         ExecSession::open(&site.client(addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
-    fresh.answered(0, 10).await;
+    traffic.goes_on(10, 0).await;
     let began = std::time::Instant::now();
     // The exec session echoes a line every 200 ms and is closed by its client 6 s in.
     let exec = tokio::spawn(async move {
@@ -468,10 +476,8 @@ async fn restart_row(how: Replacement) -> String {
         Err(_) => format!("cut at +{:.1} s", began.elapsed().as_secs_f64()),
     };
     old.wait().await;
-    let (fresh_before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(fresh_before, 25).await;
-    kept.answered(kept_before, 25).await;
-    stop.send_replace(true);
+    traffic.goes_on(25, 25).await;
+    let [fresh, kept] = traffic.stop();
     let (fresh_ok, kept_ok) = (fresh.ok(), kept.ok());
     let (fresh_refused, fresh_reset, fresh_failed) = classify(&fresh.failures().await);
     let (kept_refused, kept_reset, kept_failed) = classify(&kept.failures().await);

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use http::StatusCode;
 
+use crate::support::answers::assert_unauthorized;
 use crate::support::client::{ForwardedIdentity, Identity, Reply, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::pki::{
@@ -33,17 +34,11 @@ async fn call(h: &Harness, identity: Identity) -> Reply {
 
 fn identity(name: &str, uid: &str, groups: &[&str], leaf: &[u8]) -> ForwardedIdentity {
     ForwardedIdentity {
-        user: vec![name.to_owned()],
-        uid: if uid.is_empty() {
-            vec![]
-        } else {
-            vec![uid.to_owned()]
-        },
-        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
         extra: BTreeMap::from([(
             CREDENTIAL_ID.to_owned(),
             vec![format!("X509SHA256={}", sha256_hex(leaf))],
         )]),
+        ..ForwardedIdentity::new(name, uid, groups)
     }
 }
 
@@ -54,16 +49,6 @@ fn anonymous_identity() -> ForwardedIdentity {
         groups: vec!["system:unauthenticated".to_owned()],
         extra: BTreeMap::new(),
     }
-}
-
-fn assert_unauthorized(reply: &Reply, what: &str) {
-    assert_eq!(
-        reply.status,
-        StatusCode::UNAUTHORIZED,
-        "{what}: {}",
-        reply.text()
-    );
-    assert_eq!(reply.text(), "Unauthorized", "{what}");
 }
 
 #[tokio::test]

@@ -13,6 +13,7 @@ use kubelet_auth_proxy::{RunningProxy, Settings, assemble};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
+use super::apiserver::{ApiServer, Flavour};
 use super::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, Reply, plain_get};
 use super::metrics;
 use super::pki::{Authority, CertSpec, Issued};
@@ -118,6 +119,12 @@ impl ProxySpec {
     pub fn kubeconfig(mut self, path: &Path) -> ProxySpec {
         self.kubeconfig = Some(path.to_owned());
         self
+    }
+
+    /// Sends TokenReviews and SubjectAccessReviews to `api`: its kubeconfig (client-certificate
+    /// flavour, the usual one) as `--kubeconfig`.
+    pub fn apiserver(self, api: &ApiServer) -> ProxySpec {
+        self.kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
     }
 
     /// Starts the stand-in kubelet and the proxy.

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
+use super::apiserver::{ApiServer, Flavour};
 use super::client::{ANY_TLS, Client, Identity};
 use super::harness::NODE_NAME;
 use super::pki::{Authority, CertSpec};
@@ -299,6 +300,23 @@ fn serving_addresses_text(log: &str) -> Option<(SocketAddr, SocketAddr)> {
     Some((field("addr=")?, field("admin_addr=")?))
 }
 
+/// Writes a serving certificate of `ca` and its key into `dir` (`tls.crt`, `tls.key`) and returns
+/// `--tls-cert-file` and `--tls-private-key-file` naming them: for the command lines that need a
+/// serving pair only to be complete.
+pub fn serving_flags(dir: &TempDir, ca: &Authority) -> [String; 2] {
+    let serving = ca.issue(&CertSpec::server());
+    [
+        format!(
+            "--tls-cert-file={}",
+            dir.write("tls.crt", serving.chain_pem()).display()
+        ),
+        format!(
+            "--tls-private-key-file={}",
+            dir.write("tls.key", serving.key_pem()).display()
+        ),
+    ]
+}
+
 /// Writes what the binary needs to serve `upstream` (a serving certificate and key from `ca`, `ca`
 /// as the client CA) and a ProxyConfiguration naming them by paths relative to it, with
 /// `AlwaysAllow`, [`NODE_NAME`], loopback ports chosen by the kernel, and `extra` (YAML lines)
@@ -353,9 +371,10 @@ impl ProcessSpec {
         self
     }
 
-    /// Names `path` as the configuration's `kubeconfig` (the stand-in API server's, for
-    /// TokenReview and SubjectAccessReview).
-    pub fn kubeconfig(self, path: &Path) -> ProcessSpec {
+    /// Names the kubeconfig of `api` (client-certificate flavour) as the configuration's
+    /// `kubeconfig`: TokenReviews and SubjectAccessReviews go to the stand-in API server.
+    pub fn apiserver(self, api: &ApiServer) -> ProcessSpec {
+        let path = api.kubeconfig(Flavour::ClientCertificate);
         let line = format!("kubeconfig: {}\n", path.display());
         self.config(&line)
     }
