@@ -41,10 +41,15 @@ async fn health_readiness_and_request_metrics() {
     let metrics = h.admin_get("/metrics").await;
     assert_eq!(metrics.status, StatusCode::OK);
     let text = metrics.text();
-    let requests = |labels: &[(&str, &str)]| {
-        total(&text, "kubelet_auth_proxy_requests_total", labels)
+    let requests =
+        |labels: &[(&str, &str)]| total(&text, "kubelet_auth_proxy_requests_total", labels);
+    let allowed = |subresource| {
+        [
+            ("code", "200"),
+            ("decision", "allowed"),
+            ("subresource", subresource),
+        ]
     };
-    let allowed = |subresource| [("code", "200"), ("decision", "allowed"), ("subresource", subresource)];
     assert_eq!(requests(&allowed("pods")), 2.0, "{text}");
     assert_eq!(requests(&allowed("stats")), 1.0, "{text}");
     assert_eq!(

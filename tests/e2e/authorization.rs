@@ -8,8 +8,8 @@ use http::StatusCode;
 
 use crate::support::answers::{assert_forbidden, forbidden_body};
 use crate::support::client::{Client, Reply, empty, request};
-use crate::support::streams::{EXEC_PROTOCOL, websocket_request};
 use crate::support::harness::{ProxySpec, Subject, grant};
+use crate::support::streams::{EXEC_PROTOCOL, websocket_request};
 use crate::test_data::{AttributeCase, KUBELET_VECTORS, RBAC_DUMP, cases, text};
 
 async fn websocket_exec(client: &Client) -> Reply {

@@ -178,7 +178,7 @@ async fn check_config_names_the_kubeconfig_whose_client_key_does_not_match() {
         &format!("{}{}", issued.chain_pem(), other.key_pem()),
     );
     let dir = TempDir::new("credentials-check");
-    let [cert, key] = serving_flags(&dir, api.ca());
+    let [cert, key] = serving_flags(&dir, &api.ca().issue(&CertSpec::server()));
     let args = vec![
         "check-config".to_owned(),
         "--upstream=http://127.0.0.1:1".to_owned(),
@@ -214,7 +214,7 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
         .await
         .unwrap();
     let dir = TempDir::new("credentials-probe");
-    let [cert, key] = serving_flags(&dir, api.ca());
+    let [cert, key] = serving_flags(&dir, &api.ca().issue(&CertSpec::server()));
     let probe = |kubeconfig: PathBuf| {
         vec![
             "check-config".to_owned(),

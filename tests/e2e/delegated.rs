@@ -14,9 +14,7 @@ use crate::support::apiserver::{
     API_AUDIENCES, ApiServer, Caller, Fault, Flavour, Kind, PROXY_IDENTITY, Target, TokenUser,
     Verdict,
 };
-use crate::support::client::{
-    ForwardedIdentity, Identity, Reply, authorized, bearer, empty, request,
-};
+use crate::support::client::{ForwardedIdentity, Identity, authorized, bearer, empty, request};
 use crate::support::harness::{Harness, NODE_NAME, ProxySpec, Subject, grant};
 use crate::support::metrics::total;
 use crate::support::pki::{Authority, CertSpec, sha256_hex};
@@ -766,7 +764,11 @@ async fn access_cache_s1_s3_s4_allowed_and_denied_entries() {
 
 /// A stand-in API server allowing `nodes/stats` and answering `otherwise` for the rest, and a
 /// proxy asking it with these cache TTLs for authorized and unauthorized answers.
-async fn stats_allowed(otherwise: Verdict, authorized: &str, unauthorized: &str) -> (ApiServer, Harness) {
+async fn stats_allowed(
+    otherwise: Verdict,
+    authorized: &str,
+    unauthorized: &str,
+) -> (ApiServer, Harness) {
     let api = ApiServer::start().await;
     api.set_rules(move |r| {
         if r.subresource == "stats" {
@@ -1224,8 +1226,7 @@ async fn metrics_count_calls_cache_lookups_and_coalesced_waits() {
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     }
     let text = metrics(&h).await;
-    let calls =
-        |kind: &str, code: &str| total(&text, API_CALLS, &[("kind", kind), ("code", code)]);
+    let calls = |kind: &str, code: &str| total(&text, API_CALLS, &[("kind", kind), ("code", code)]);
     assert_eq!(calls("TokenReview", "500"), 1.0, "{text}");
     assert_eq!(calls("TokenReview", "201"), 1.0, "{text}");
     assert_eq!(calls("SubjectAccessReview", "201"), 1.0, "{text}");

@@ -10,8 +10,8 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::manifests::{file, read};
-use crate::support::answers::assert_authorization_error;
 use crate::support::TempDir;
+use crate::support::answers::assert_authorization_error;
 use crate::support::apiserver::{ApiServer, Flavour, Verdict};
 use crate::support::client::Identity;
 use crate::support::harness::{Harness, NODE_NAME, ProxySpec};

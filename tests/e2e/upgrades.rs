@@ -104,22 +104,19 @@ async fn websocket_exec(upstream: Upstream) -> End {
 #[tokio::test]
 async fn websocket_exec_echoes_both_ways() {
     // Over plain HTTP to the kubelet, the kubelet's close reaches the caller as a clean close.
-    let end = websocket_exec(Upstream::Http)
-    .await;
+    let end = websocket_exec(Upstream::Http).await;
     assert_eq!(end, End::Clean);
 }
 
 #[tokio::test]
 async fn websocket_exec_through_an_https_kubelet_ends_when_the_caller_closes() {
     // The splice ends either way (see the ignored test below for how).
-    websocket_exec(Upstream::Https)
-    .await;
+    websocket_exec(Upstream::Https).await;
 }
 
 #[tokio::test]
 async fn websocket_exec_through_an_https_kubelet_ends_with_a_clean_close() {
-    let end = websocket_exec(Upstream::Https)
-    .await;
+    let end = websocket_exec(Upstream::Https).await;
     assert_eq!(end, End::Clean);
 }
 

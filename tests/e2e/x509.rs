@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use http::StatusCode;
-
 use crate::support::answers::assert_unauthorized;
 use crate::support::client::{ForwardedIdentity, Identity, Reply, empty, request};
 use crate::support::harness::{Harness, ProxySpec};

@@ -14,7 +14,7 @@ use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 use super::apiserver::{ApiServer, Flavour};
 use super::client::{ANY_TLS, Client, Identity};
 use super::harness::NODE_NAME;
-use super::pki::{Authority, CertSpec};
+use super::pki::{Authority, CertSpec, Issued};
 use super::{STEP_TIMEOUT, TempDir, within};
 
 /// The binary under test. Cargo names it only to integration tests; the benchmark helper, which
@@ -300,11 +300,9 @@ fn serving_addresses_text(log: &str) -> Option<(SocketAddr, SocketAddr)> {
     Some((field("addr=")?, field("admin_addr=")?))
 }
 
-/// Writes a serving certificate of `ca` and its key into `dir` (`tls.crt`, `tls.key`) and returns
-/// `--tls-cert-file` and `--tls-private-key-file` naming them: for the command lines that need a
-/// serving pair only to be complete.
-pub fn serving_flags(dir: &TempDir, ca: &Authority) -> [String; 2] {
-    let serving = ca.issue(&CertSpec::server());
+/// Writes `serving` (certificate chain and key) into `dir` as `tls.crt` and `tls.key` and returns
+/// `--tls-cert-file` and `--tls-private-key-file` naming them.
+pub fn serving_flags(dir: &TempDir, serving: &Issued) -> [String; 2] {
     [
         format!(
             "--tls-cert-file={}",

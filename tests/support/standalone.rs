@@ -13,7 +13,7 @@ use super::client::{Client, Identity, Reply, plain_get};
 use super::harness::{NODE_NAME, kubelet_tls};
 use super::metrics;
 use super::pki::{Authority, CertSpec};
-use super::process::ProxyProcess;
+use super::process::{ProxyProcess, serving_flags};
 use super::procfs::{self, Usage};
 use super::relay::Relay;
 use super::{TempDir, within};
@@ -53,18 +53,11 @@ impl Standalone {
                 "--client-ca-file={}",
                 dir.write("client-ca.crt", ca.pem()).display()
             ),
-            format!(
-                "--tls-cert-file={}",
-                dir.write("serving.crt", serving.chain_pem()).display()
-            ),
-            format!(
-                "--tls-private-key-file={}",
-                dir.write("serving.key", serving.key_pem()).display()
-            ),
             "--listen-address=127.0.0.1:0".to_owned(),
             "--admin-listen-address=127.0.0.1:0".to_owned(),
             format!("--node-name={NODE_NAME}"),
         ];
+        command_line.extend(serving_flags(&dir, &serving));
         command_line.extend(args.iter().map(|a| (*a).to_owned()));
         let process = ProxyProcess::start_logging(&dir, "proxy", &command_line, env, format).await;
         Standalone {
