@@ -281,12 +281,9 @@ async fn every_request_is_one_audit_event_named_by_the_audit_id_header() {
 async fn an_exec_session_is_audited_when_it_starts_and_when_it_ends() {
     let audit = TempDir::new("audit-exec");
     let log = audit.path().join("audit.log");
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        &format!("--audit-log-path={}", log.display()),
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&[&format!("--audit-log-path={}", log.display())])
+        .start()
+        .await;
     let alice = h.http1_user("alice");
     let mut session = ExecSession::open(&alice, EXEC_PROTOCOL).await;
     let id = session.headers["audit-id"].to_str().unwrap().to_owned();

@@ -96,9 +96,7 @@ async fn fine_grained_pods_then_proxy_fallback() {
 
 #[tokio::test]
 async fn always_allow_and_always_deny() {
-    let allow = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let allow = ProxySpec::always_allow(&[]).start().await;
     assert_eq!(
         allow.user("alice", &[]).get("/pods").await.status,
         StatusCode::OK

@@ -23,7 +23,7 @@ async fn every_upstream_kind_is_reached() {
         Upstream::Http,
         Upstream::Unix,
     ] {
-        let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        let h = ProxySpec::always_allow(&[])
             .upstream(upstream)
             .start()
             .await;
@@ -42,7 +42,7 @@ async fn every_upstream_kind_is_reached() {
 
 #[tokio::test]
 async fn kubelet_requiring_a_client_certificate_refuses_a_proxy_without_one() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+    let h = ProxySpec::always_allow(&[])
         .upstream(Upstream::HttpsRequiringClientCert {
             proxy_has_cert: false,
         })
@@ -158,9 +158,7 @@ async fn client_identity_and_hop_by_hop_headers_never_reach_the_kubelet() {
 
 #[tokio::test]
 async fn followed_logs_arrive_line_by_line() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = h.user("alice", &[]);
     // The stream never ends: reading three lines proves the proxy does not buffer it.
     let response = alice
@@ -190,9 +188,7 @@ async fn followed_logs_arrive_line_by_line() {
 async fn request_body_is_streamed_to_the_kubelet() {
     const CHUNK: usize = 64 * 1024;
     const CHUNKS: usize = 64;
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = h.user("alice", &[]);
     let (tx, body) = channel_body();
     let feeder = tokio::spawn(async move {
@@ -217,7 +213,7 @@ async fn request_body_is_streamed_to_the_kubelet() {
 
 #[tokio::test]
 async fn unreachable_kubelet_is_502_and_the_proxy_recovers() {
-    let mut h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+    let mut h = ProxySpec::always_allow(&[])
         .upstream(Upstream::Unix)
         .start()
         .await;

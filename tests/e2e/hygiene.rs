@@ -11,12 +11,9 @@ use crate::support::pki::CertSpec;
 
 #[tokio::test]
 async fn lookalike_identity_and_method_override_headers_are_removed() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--forward-identity-headers",
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--forward-identity-headers"])
+        .start()
+        .await;
     let alice = h.ca.issue(&CertSpec::client("alice").org("devs"));
     let client = h.http1_client(Identity::of(&alice));
     let reply = client
@@ -51,9 +48,7 @@ async fn lookalike_identity_and_method_override_headers_are_removed() {
 
 #[tokio::test]
 async fn upgrade_is_removed_from_any_request_but_an_exec_attach_or_port_forward_handshake() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let client = h.http1_user("bob");
     for protocol in ["websocket", "h2c", "SPDY/3.1"] {
         let reply = client

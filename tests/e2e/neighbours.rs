@@ -363,10 +363,7 @@ async fn serving(client: &Client, expected: &rustls::pki_types::CertificateDer<'
 /// the old one, clients moved to it, the old one retired. No request of either load may fail.
 #[tokio::test]
 async fn certificate_rotation_under_live_traffic_fails_no_request() {
-    let mut h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .serving_volume()
-        .start()
-        .await;
+    let mut h = ProxySpec::always_allow(&[]).serving_volume().start().await;
     let next_ca = Authority::root("next client CA");
     let old_client = Identity::of(&h.ca.issue(&CertSpec::client("old-client")));
     let new_client = Identity::of(&next_ca.issue(&CertSpec::client("new-client")));

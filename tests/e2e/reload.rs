@@ -54,11 +54,6 @@ async fn end_load(load: Load, change: &str) {
     load.stop().await.assert_no_failures(change);
 }
 
-/// The proxy allowing every authenticated request.
-fn allow_all() -> ProxySpec {
-    ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-}
-
 /// The proxy authorizing by [`policy_with_log_reader`], `erin` reading the logs.
 fn policy_of_erin() -> ProxySpec {
     ProxySpec::new(&["--authorization-mode=Policy"]).policy(&policy_with_log_reader("erin"))
@@ -138,7 +133,7 @@ async fn wait_for_serving(client: &Client, expected: &Issued, common_name: &str)
 
 #[tokio::test]
 async fn a_serving_certificate_rewritten_in_place_is_served_to_new_connections() {
-    let (h, load) = start_under_load(allow_all()).await;
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[])).await;
     let alice = h.user("alice", &[]);
     let mut opened_before = alice.connect().await.unwrap();
     assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
@@ -163,7 +158,7 @@ async fn a_serving_certificate_rewritten_in_place_is_served_to_new_connections()
 
 #[tokio::test]
 async fn a_serving_certificate_swapped_in_a_kubernetes_volume_is_served_to_new_connections() {
-    let (mut h, load) = start_under_load(allow_all().serving_volume()).await;
+    let (mut h, load) = start_under_load(ProxySpec::always_allow(&[]).serving_volume()).await;
     let alice = h.user("alice", &[]);
     let mut opened_before = alice.connect().await.unwrap();
     assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
@@ -199,7 +194,7 @@ async fn a_serving_certificate_swapped_in_a_kubernetes_volume_is_served_to_new_c
 async fn a_replaced_client_ca_admits_the_new_ca_and_refuses_the_removed_one_on_open_connections() {
     let removed = Authority::root("CA to be removed");
     let added = Authority::root("CA added later");
-    let (h, load) = start_under_load(allow_all().also_trust(removed.pem())).await;
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[]).also_trust(removed.pem())).await;
 
     let carol = client_of(&h, &added, "carol", H2_AND_HTTP1);
     assert_eq!(carol.get("/pods").await.status, StatusCode::UNAUTHORIZED);
@@ -286,7 +281,7 @@ async fn a_policy_change_grants_and_revokes_without_a_restart() {
 
 #[tokio::test]
 async fn a_broken_serving_certificate_keeps_the_previous_one_until_fixed() {
-    let (h, load) = start_under_load(allow_all()).await;
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[])).await;
     let alice = h.user("alice", &[]);
     let original = h.serving().leaf();
 
@@ -328,7 +323,7 @@ async fn a_broken_serving_certificate_keeps_the_previous_one_until_fixed() {
 async fn a_broken_client_ca_keeps_the_previous_bundle_until_fixed() {
     let kept = Authority::root("CA in the first bundle");
     let added = Authority::root("CA of the fixed bundle");
-    let (h, load) = start_under_load(allow_all().also_trust(kept.pem())).await;
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[]).also_trust(kept.pem())).await;
     let bob = client_of(&h, &kept, "bob", H2_AND_HTTP1);
     let carol = client_of(&h, &added, "carol", H2_AND_HTTP1);
     assert_eq!(bob.get("/pods").await.status, StatusCode::OK);
@@ -402,7 +397,7 @@ async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
 
 #[tokio::test]
 async fn the_files_are_not_read_again_while_nothing_changes() {
-    let h = allow_all().start().await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     // Opens of the proxy's files, by anyone: only the proxy reads them.
     let opens = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&opens);
@@ -439,7 +434,7 @@ async fn the_files_are_not_read_again_while_nothing_changes() {
 
 #[tokio::test]
 async fn a_change_right_after_start_is_picked_up() {
-    let h = allow_all().start().await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let rotated = rotate_in_place(&h, "rotated-at-start");
     wait_for_serving(&h.user("alice", &[]), &rotated, "rotated-at-start").await;
     h.shutdown().await;

@@ -143,12 +143,9 @@ async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
 
 #[tokio::test]
 async fn streams_work_through_the_grace_period_and_are_closed_at_its_end() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--shutdown-grace-period=2s",
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--shutdown-grace-period=2s"])
+        .start()
+        .await;
     let (addr, admin) = (h.addr(), h.admin_addr());
     let mut session = ExecSession::open(&h.http1_user("alice"), EXEC_PROTOCOL).await;
     session.echo(b"before shutdown").await;
@@ -170,12 +167,9 @@ async fn streams_work_through_the_grace_period_and_are_closed_at_its_end() {
 
 #[tokio::test]
 async fn streams_cut_at_the_end_of_the_grace_period_end_in_an_error_not_a_clean_end() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--shutdown-grace-period=1s",
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--shutdown-grace-period=1s"])
+        .start()
+        .await;
     let _addr = h.addr();
     let mut session = ExecSession::open(&h.http1_user("alice"), EXEC_PROTOCOL).await;
     session.echo(b"before shutdown").await;

@@ -31,7 +31,7 @@ async fn splice(
     headers: &[(&str, &str)],
     protocol: &str,
 ) -> End {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+    let h = ProxySpec::always_allow(&[])
         .upstream(upstream)
         .start()
         .await;

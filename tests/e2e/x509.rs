@@ -17,13 +17,9 @@ const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 /// The setting of the x509 cases in `docs/COMPATIBILITY.md`: client CA = the test root, anonymous
 /// on.
 async fn proxy() -> Harness {
-    ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--anonymous-auth",
-        "--forward-identity-headers",
-    ])
-    .start()
-    .await
+    ProxySpec::always_allow(&["--anonymous-auth", "--forward-identity-headers"])
+        .start()
+        .await
 }
 
 async fn call(h: &Harness, identity: Identity) -> Reply {
@@ -274,9 +270,7 @@ async fn valid_certificate_with_wrong_private_key_never_authenticates() {
 
 #[tokio::test]
 async fn anonymous_off_is_401_without_certificate() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let reply = h.anonymous().get("/echo").await;
     assert_unauthorized(&reply, "no certificate, anonymous off (default)");
 }
@@ -291,9 +285,7 @@ async fn anonymous_on_is_system_anonymous_never_authenticated() {
 
 #[tokio::test]
 async fn identity_headers_only_with_the_flag() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let echo = h.user("alice", &["ops"]).get("/echo").await.echo();
     let names = echo.header_names();
     assert!(

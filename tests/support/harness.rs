@@ -83,6 +83,14 @@ impl ProxySpec {
         }
     }
 
+    /// [`ProxySpec::new`] with `--authorization-mode=AlwaysAllow` first: the set-up of every
+    /// scenario about something other than who may do what.
+    pub fn always_allow(args: &[&str]) -> ProxySpec {
+        let mut spec = ProxySpec::new(&["--authorization-mode=AlwaysAllow"]);
+        spec.args.extend(args.iter().map(|a| (*a).to_owned()));
+        spec
+    }
+
     /// Reaches the stand-in kubelet this way.
     pub fn upstream(mut self, upstream: Upstream) -> ProxySpec {
         self.upstream = upstream;
