@@ -32,7 +32,7 @@ async fn proxy(api: &ApiServer, mode: &str) -> Harness {
         mode,
         "--apiserver-max-reviews-inflight=2",
     ])
-    .apiserver(&api)
+    .apiserver(api)
     .start()
     .await
 }

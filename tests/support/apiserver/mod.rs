@@ -8,13 +8,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::StatusCode;
-use http::header::{AUTHORIZATION, CONTENT_TYPE};
-use http_body_util::BodyExt;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -30,7 +26,6 @@ mod tests;
 mod tokens;
 
 pub use access::{AccessReview, Verdict};
-pub use serve::is_connection_refused;
 use serve::{kind_name, spawn};
 pub use tokens::TokenUser;
 use tokens::TokenVerdict;

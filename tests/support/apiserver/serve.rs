@@ -3,7 +3,6 @@
 //! objects for every error, bodies too large to hold).
 
 use std::convert::Infallible;
-use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -456,18 +455,4 @@ impl http_body::Body for Padded {
         }
         Poll::Ready(self.suffix.take().map(|suffix| Ok(Frame::data(suffix))))
     }
-}
-
-/// Connection errors a test may want to tell apart.
-pub fn is_connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(error);
-    while let Some(e) = source {
-        if let Some(io) = e.downcast_ref::<io::Error>()
-            && io.kind() == io::ErrorKind::ConnectionRefused
-        {
-            return true;
-        }
-        source = e.source();
-    }
-    false
 }

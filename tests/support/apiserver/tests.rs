@@ -1,6 +1,14 @@
 //! The stand-in API server's own tests: its wire format against real clients (`kube`), its
 //! callers' authentication, recorded reviews, faults, holds and restarts.
 
+use std::io;
+
+use bytes::Bytes;
+use http::StatusCode;
+use http::header::{AUTHORIZATION, CONTENT_TYPE};
+use http_body_util::BodyExt;
+use serde_json::json;
+
 use super::*;
 use crate::support::client::{Client, Identity, Reply, request};
 use http_body_util::Full;
@@ -492,4 +500,18 @@ async fn kube_client_reads_the_kubeconfigs_and_speaks_the_wire_format() {
             Some(Caller::Token),
         ]
     );
+}
+
+/// Connection errors a test may want to tell apart.
+fn is_connection_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<io::Error>()
+            && io.kind() == io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
