@@ -41,52 +41,28 @@ async fn health_readiness_and_request_metrics() {
     let metrics = h.admin_get("/metrics").await;
     assert_eq!(metrics.status, StatusCode::OK);
     let text = metrics.text();
-    let requests = "kubelet_auth_proxy_requests_total";
+    let requests =
+        |labels: &[(&str, &str)]| total(&text, "kubelet_auth_proxy_requests_total", labels);
+    let allowed = |subresource| {
+        [
+            ("code", "200"),
+            ("decision", "allowed"),
+            ("subresource", subresource),
+        ]
+    };
+    assert_eq!(requests(&allowed("pods")), 2.0, "{text}");
+    assert_eq!(requests(&allowed("stats")), 1.0, "{text}");
     assert_eq!(
-        total(
-            &text,
-            requests,
-            &[
-                ("code", "200"),
-                ("decision", "allowed"),
-                ("subresource", "pods")
-            ]
-        ),
-        2.0,
-        "{text}"
-    );
-    assert_eq!(
-        total(
-            &text,
-            requests,
-            &[
-                ("code", "200"),
-                ("decision", "allowed"),
-                ("subresource", "stats")
-            ]
-        ),
-        1.0,
-        "{text}"
-    );
-    assert_eq!(
-        total(
-            &text,
-            requests,
-            &[("code", "401"), ("decision", "unauthenticated")]
-        ),
+        requests(&[("code", "401"), ("decision", "unauthenticated")]),
         3.0,
         "{text}"
     );
     assert_eq!(
-        total(
-            &text,
-            requests,
-            &[("code", "301"), ("decision", "redirected")]
-        ),
+        requests(&[("code", "301"), ("decision", "redirected")]),
         1.0,
         "{text}"
     );
-    assert_eq!(total(&text, requests, &[]), 7.0, "{text}");
+    assert_eq!(requests(&[]), 7.0, "{text}");
 
     let latency = "kubelet_auth_proxy_request_duration_seconds";
     assert_eq!(

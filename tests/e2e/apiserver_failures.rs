@@ -4,43 +4,25 @@
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, TokenUser};
-use crate::support::client::{Client, Identity, empty, request};
+use crate::support::apiserver::{ApiServer, Fault, Kind, TokenUser};
+use crate::support::client::H2_AND_HTTP1;
+use crate::support::eventually;
 use crate::support::metrics::total;
-use crate::support::pki::{Authority, CertSpec};
-use crate::support::process::{ProxyProcess, proxy_config};
-use crate::support::{TempDir, eventually};
+use crate::support::process::ProcessSpec;
 
 #[tokio::test]
 async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
     let mut api = ApiServer::start().await;
     api.add_token("tok", TokenUser::new("carol"));
-    let kubelet = kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None)
-        .await
-        .unwrap();
-    let dir = TempDir::new("apiserver-failures");
-    let ca = Authority::root("apiserver failures CA");
-    let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        &format!(
-            "authenticationTokenWebhook: true\nkubeconfig: {}\n",
-            kubeconfig.display()
-        ),
-    );
-    let args = [
-        "--config".to_owned(),
-        config,
-        "--authorization-mode=Webhook".to_owned(),
-    ];
-    let proxy = ProxyProcess::start(&dir, "proxy", &args, &[]).await;
-    let alice = Client::new(
-        ca.cert(),
-        proxy.addr(),
-        Identity::of(&ca.issue(&CertSpec::client("alice"))),
-    );
+    let site = ProcessSpec::new("apiserver-failures")
+        .config("authenticationTokenWebhook: true\n")
+        .apiserver(&api)
+        .prepare()
+        .await;
+    let proxy = site
+        .start("proxy", &["--authorization-mode=Webhook".to_owned()])
+        .await;
+    let alice = site.client(proxy.addr(), "alice", H2_AND_HTTP1);
 
     // Three SubjectAccessReviews refused with 403 (distinct paths: no cache, no coalescing).
     api.inject(Kind::SubjectAccessReview, Fault::Forbidden, 3);
@@ -50,15 +32,8 @@ async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
     }
     // A TokenReview that cannot reach the API server: another kind and cause, reported too.
     api.stop().await;
-    let token = Client::new(ca.cert(), proxy.addr(), Identity::None);
-    let reply = token
-        .send(
-            request("GET", "/pods")
-                .header("authorization", "Bearer tok")
-                .body(empty())
-                .unwrap(),
-        )
-        .await;
+    let token = site.anonymous(proxy.addr());
+    let reply = token.get_with_token("/pods", "tok").await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
 
     // The log reaches the test through a pipe: wait until both reports are in.
@@ -104,5 +79,4 @@ async fn failed_reviews_are_logged_once_per_cause_with_a_hint_and_counted() {
     };
     assert_eq!(failures("SubjectAccessReview", "forbidden"), 3.0);
     assert_eq!(failures("TokenReview", "unreachable"), 1.0);
-    drop(kubelet);
 }

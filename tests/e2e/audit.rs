@@ -11,17 +11,13 @@ use base64::Engine;
 use http::StatusCode;
 use serde_json::{Value, json};
 
-use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
-
-use crate::support::apiserver::{ApiServer, Flavour, TokenUser};
-use crate::support::client::{
-    ANY_TLS, Client, HTTP1_ONLY, Identity, Reply, empty, plain_get, request,
-};
+use crate::support::apiserver::{ApiServer, TokenUser};
+use crate::support::client::{H2_AND_HTTP1, Identity, Reply, bearer, empty, plain_get, request};
 use crate::support::harness::{NODE_NAME, ProxySpec, Subject, grant};
-use crate::support::pki::{Authority, CertSpec, sha256_hex};
-use crate::support::process::{ProxyProcess, proxy_config};
-use crate::support::streams::{EXEC_PROTOCOL, EXEC_TARGET, ExecSession};
-use crate::support::{TempDir, eventually, within};
+use crate::support::pki::{CertSpec, sha256_hex};
+use crate::support::process::ProcessSpec;
+use crate::support::streams::{EXEC_PROTOCOL, EXEC_TARGET, ExecSession, WEBSOCKET_TOKEN_PREFIX};
+use crate::support::{TempDir, eventually};
 
 /// The events in an audit log, one JSON object per line; panics on a line that is not one.
 fn events_in(text: &str) -> Vec<Value> {
@@ -138,13 +134,7 @@ async fn every_request_is_one_audit_event_named_by_the_audit_id_header() {
     .await;
     let alice_cert = h.ca.issue(&CertSpec::client("alice"));
     let alice = h.client(Identity::of(&alice_cert));
-    let alice_http1 = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&alice_cert),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let alice_http1 = h.http1_client(Identity::of(&alice_cert));
     let start = micro_time(SystemTime::now());
 
     let allowed = alice
@@ -291,20 +281,10 @@ async fn every_request_is_one_audit_event_named_by_the_audit_id_header() {
 async fn an_exec_session_is_audited_when_it_starts_and_when_it_ends() {
     let audit = TempDir::new("audit-exec");
     let log = audit.path().join("audit.log");
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        &format!("--audit-log-path={}", log.display()),
-    ])
-    .start()
-    .await;
-    let cert = h.ca.issue(&CertSpec::client("alice"));
-    let alice = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&cert),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let h = ProxySpec::always_allow(&[&format!("--audit-log-path={}", log.display())])
+        .start()
+        .await;
+    let alice = h.http1_user("alice");
     let mut session = ExecSession::open(&alice, EXEC_PROTOCOL).await;
     let id = session.headers["audit-id"].to_str().unwrap().to_owned();
     assert_uuid(&id);
@@ -364,24 +344,18 @@ async fn bearer_tokens_never_reach_the_audit_log() {
         "--authorization-mode=AlwaysAllow",
         &format!("--audit-log-path={}", log.display()),
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
-    let bearer = |token: &str| {
-        request("GET", "/pods")
-            .header("authorization", format!("Bearer {token}"))
-            .body(empty())
-            .unwrap()
-    };
-    let with_token = h.anonymous().send(bearer(TOKEN)).await;
+    let with_token = h.anonymous().send(bearer("/pods", TOKEN)).await;
     assert_eq!(with_token.status, StatusCode::OK);
-    let rejected = h.anonymous().send(bearer(UNKNOWN)).await;
+    let rejected = h.anonymous().send(bearer("/pods", UNKNOWN)).await;
     assert_eq!(rejected.status, StatusCode::UNAUTHORIZED);
     let encoded = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(TOKEN);
-    let websocket = Client::configured(h.ca.cert(), h.addr(), Identity::None, HTTP1_ONLY, ANY_TLS);
+    let websocket = h.http1_client(Identity::None);
     let mut session = ExecSession::open(
         &websocket,
-        &format!("{EXEC_PROTOCOL}, base64url.bearer.authorization.k8s.io.{encoded}"),
+        &format!("{EXEC_PROTOCOL}, {WEBSOCKET_TOKEN_PREFIX}{encoded}"),
     )
     .await;
     session.echo(b"as bob").await;
@@ -423,24 +397,13 @@ async fn bearer_tokens_never_reach_the_audit_log() {
 
 #[tokio::test]
 async fn the_binary_writes_audit_events_to_stdout_and_flushes_them_at_sigterm() {
-    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
-        .await
-        .unwrap();
-    let dir = TempDir::new("audit-stdout");
-    let ca = Authority::root("audit stdout CA");
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        "auditLogPath: \"-\"\n",
-    );
-    let mut proxy = ProxyProcess::start(&dir, "proxy", &["--config".to_owned(), config], &[]).await;
-    let alice = Client::new(
-        ca.cert(),
-        proxy.addr(),
-        Identity::of(&ca.issue(&CertSpec::client("alice"))),
-    );
-    let anonymous = Client::new(ca.cert(), proxy.addr(), Identity::None);
+    let site = ProcessSpec::new("audit-stdout")
+        .config("auditLogPath: \"-\"\n")
+        .prepare()
+        .await;
+    let mut proxy = site.start("proxy", &[]).await;
+    let alice = site.client(proxy.addr(), "alice", H2_AND_HTTP1);
+    let anonymous = site.anonymous(proxy.addr());
     let replies = [
         alice.get("/pods").await,
         anonymous.get("/pods").await,

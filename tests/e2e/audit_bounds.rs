@@ -30,8 +30,7 @@ async fn a_flood_of_unauthenticated_requests_with_long_uris_is_bounded_and_an_ex
 {
     let dir = TempDir::new("audit-flood");
     let log = dir.path().join("audit.log");
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
+    let h = ProxySpec::always_allow(&[
         &format!("--audit-log-path={}", log.display()),
         "--audit-log-truncate-max-event-size=4096",
     ])

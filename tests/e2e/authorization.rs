@@ -6,34 +6,14 @@
 
 use http::StatusCode;
 
+use crate::support::answers::{assert_forbidden, forbidden_body};
 use crate::support::client::{Client, Reply, empty, request};
 use crate::support::harness::{ProxySpec, Subject, grant};
+use crate::support::streams::{EXEC_PROTOCOL, websocket_request};
 use crate::test_data::{AttributeCase, KUBELET_VECTORS, RBAC_DUMP, cases, text};
 
-fn forbidden_body(user: &str, verb: &str, subresources: &str) -> String {
-    format!(
-        "Forbidden (user={user}, verb={verb}, resource=nodes, subresource(s)=[{subresources}])\n"
-    )
-}
-
-fn assert_forbidden(reply: &Reply, user: &str, verb: &str, subresources: &str) {
-    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text());
-    assert_eq!(reply.text(), forbidden_body(user, verb, subresources));
-    assert_eq!(
-        reply.header("content-type"),
-        Some("text/plain; charset=utf-8")
-    );
-}
-
 async fn websocket_exec(client: &Client) -> Reply {
-    let req = request("GET", "/exec/ns/pod/ctr?command=sh&stdin=true")
-        .header("connection", "Upgrade")
-        .header("upgrade", "websocket")
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-        .header("sec-websocket-protocol", "v5.channel.k8s.io")
-        .body(empty())
-        .unwrap();
+    let req = websocket_request("/exec/ns/pod/ctr?command=sh&stdin=true", EXEC_PROTOCOL);
     let response = client.open(req).await;
     // A 101 has no body to read; anything else is read whole.
     if response.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -116,9 +96,7 @@ async fn fine_grained_pods_then_proxy_fallback() {
 
 #[tokio::test]
 async fn always_allow_and_always_deny() {
-    let allow = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let allow = ProxySpec::always_allow(&[]).start().await;
     assert_eq!(
         allow.user("alice", &[]).get("/pods").await.status,
         StatusCode::OK

@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::TempDir;
+use crate::support::client::H2_AND_HTTP1;
 use crate::support::client::plain_get;
 use crate::support::pki::{Authority, CertSpec};
-use crate::support::process::{run, run_within};
+use crate::support::process::{ProcessSpec, run, run_within};
 use crate::test_data::{RBAC_DUMP, text};
 
 /// Files of a configuration that would start: serving certificate and key, client CA.
@@ -620,20 +621,13 @@ async fn check_config_warns_and_strict_refuses() {
 /// under one connection bound.
 #[tokio::test]
 async fn the_api_is_served_on_every_listen_address() {
-    let kubelet = crate::support::within(
-        "starting the stand-in kubelet",
-        kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None),
-    )
-    .await
-    .unwrap();
-    let dir = TempDir::new("dual-stack");
-    let ca = Authority::root("dual-stack CA");
-    let upstream = format!("http://{}", kubelet.addr().unwrap());
-    let config = crate::support::process::proxy_config(&dir, &ca, &upstream, "");
+    let site = ProcessSpec::new("dual-stack").prepare().await;
     // A serving certificate for both loopback addresses.
-    let serving = ca.issue(&CertSpec::server().names(&["127.0.0.1", "127.0.0.2", "::1"]));
-    dir.write("serving.crt", serving.chain_pem());
-    dir.write("serving.key", serving.key_pem());
+    let serving = site
+        .ca
+        .issue(&CertSpec::server().names(&["127.0.0.1", "127.0.0.2", "::1"]));
+    site.dir.write("serving.crt", serving.chain_pem());
+    site.dir.write("serving.key", serving.key_pem());
     // Two listeners need two free ports; the kernel gives them to listeners bound and dropped.
     let free = |address: &str| {
         std::net::TcpListener::bind(address)
@@ -648,23 +642,18 @@ async fn the_api_is_served_on_every_listen_address() {
         "127.0.0.2:0"
     };
     let (v4, v6) = (free("127.0.0.1:0"), free(second));
-    let proxy = crate::support::process::ProxyProcess::start(
-        &dir,
-        "proxy",
-        &[
-            "--config".to_owned(),
-            config,
-            format!("--listen-address={v4}"),
-            format!("--listen-address={v6}"),
-        ],
-        &[],
-    )
-    .await;
+    let proxy = site
+        .start(
+            "proxy",
+            &[
+                format!("--listen-address={v4}"),
+                format!("--listen-address={v6}"),
+            ],
+        )
+        .await;
     assert_eq!(proxy.addr(), v4);
-    let alice = CertSpec::client("alice");
-    let identity = crate::support::client::Identity::of(&ca.issue(&alice));
     for address in [v4, v6] {
-        let client = crate::support::client::Client::new(ca.cert(), address, identity.clone());
+        let client = site.client(address, "alice", H2_AND_HTTP1);
         assert_eq!(
             client.get("/pods").await.status,
             http::StatusCode::OK,

@@ -100,6 +100,19 @@ authorization:
         )
     }
 
+    /// `--tls-cert-file`, `--tls-private-key-file` and `--client-ca-file` naming the directory's
+    /// files: what a command line needs besides the file under test.
+    fn file_flags(&self) -> Vec<String> {
+        [
+            ("--tls-cert-file", "serving.crt"),
+            ("--tls-private-key-file", "serving.key"),
+            ("--client-ca-file", "ca.crt"),
+        ]
+        .iter()
+        .map(|(flag, name)| format!("{flag}={}", self.dir.path().join(name).display()))
+        .collect()
+    }
+
     /// Runs `kubelet-auth-proxy check-config args…`.
     async fn check(&self, name: &str, args: &[String]) -> Finished {
         let mut command = vec!["check-config".to_owned()];
@@ -223,40 +236,14 @@ async fn broken_configuration_files_exit_2_with_one_line_naming_the_flag_and_fil
         args
     };
     let proxy_base = |path: &str| {
-        let mut args = args(&[
-            &format!(
-                "--tls-cert-file={}",
-                files.dir.path().join("serving.crt").display()
-            ),
-            &format!(
-                "--tls-private-key-file={}",
-                files.dir.path().join("serving.key").display()
-            ),
-            &format!(
-                "--client-ca-file={}",
-                files.dir.path().join("ca.crt").display()
-            ),
-            "--authorization-mode=AlwaysAllow",
-        ]);
+        let mut args = files.file_flags();
+        args.push("--authorization-mode=AlwaysAllow".to_owned());
         args.push(format!("--config={path}"));
         args
     };
     let authorization_base = |path: &str| {
-        let mut args = args(&[
-            "--upstream=http://127.0.0.1:10255",
-            &format!(
-                "--tls-cert-file={}",
-                files.dir.path().join("serving.crt").display()
-            ),
-            &format!(
-                "--tls-private-key-file={}",
-                files.dir.path().join("serving.key").display()
-            ),
-            &format!(
-                "--client-ca-file={}",
-                files.dir.path().join("ca.crt").display()
-            ),
-        ]);
+        let mut args = vec!["--upstream=http://127.0.0.1:10255".to_owned()];
+        args.extend(files.file_flags());
         args.push(format!("--authorization-config={path}"));
         args
     };

@@ -13,11 +13,10 @@ use http::StatusCode;
 
 use crate::support::TempDir;
 use crate::support::apiserver::{ApiServer, Caller, Flavour, TokenUser};
-use crate::support::client::{Reply, empty, request};
 use crate::support::eventually;
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::pki::{CertSpec, Issued, serial_of};
-use crate::support::process::run;
+use crate::support::process::{run, serving_flags};
 
 const RELOADS: &str = "kubelet_auth_proxy_config_reloads_total";
 const NODE_IDENTITY: &str = "system:node:node-a";
@@ -105,17 +104,6 @@ async fn proxy(kubeconfig: &Path) -> Harness {
     .await
 }
 
-async fn get_with_token(h: &Harness, token: &str) -> Reply {
-    h.anonymous()
-        .send(
-            request("GET", "/pods")
-                .header("authorization", format!("Bearer {token}"))
-                .body(empty())
-                .unwrap(),
-        )
-        .await
-}
-
 async fn reloads(h: &Harness, result: &str) -> f64 {
     h.metric(
         RELOADS,
@@ -144,7 +132,10 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
     let credentials = KubeletCredentials::new(&api, &first);
     let h = proxy(&credentials.kubeconfig).await;
 
-    assert_eq!(get_with_token(&h, "tok-1").await.status, StatusCode::OK);
+    assert_eq!(
+        h.anonymous().get_with_token("/pods", "tok-1").await.status,
+        StatusCode::OK
+    );
     assert_eq!(last_serial(&api), serial_of(&first.chain[0]));
 
     let second = api.ca().issue(&CertSpec::client(NODE_IDENTITY));
@@ -154,7 +145,10 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
     })
     .await;
     // A new token: its review is not answered from the cache.
-    assert_eq!(get_with_token(&h, "tok-2").await.status, StatusCode::OK);
+    assert_eq!(
+        h.anonymous().get_with_token("/pods", "tok-2").await.status,
+        StatusCode::OK
+    );
     assert_eq!(last_serial(&api), serial_of(&second.chain[0]));
 
     // A rotation caught half-written keeps the certificate in force.
@@ -166,7 +160,10 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
         (reloads(&h, "failed").await >= 1.0).then_some(())
     })
     .await;
-    assert_eq!(get_with_token(&h, "tok-3").await.status, StatusCode::OK);
+    assert_eq!(
+        h.anonymous().get_with_token("/pods", "tok-3").await.status,
+        StatusCode::OK
+    );
     assert_eq!(last_serial(&api), serial_of(&second.chain[0]));
 }
 
@@ -181,19 +178,12 @@ async fn check_config_names_the_kubeconfig_whose_client_key_does_not_match() {
         &format!("{}{}", issued.chain_pem(), other.key_pem()),
     );
     let dir = TempDir::new("credentials-check");
-    let ca = api.ca();
-    let serving = ca.issue(&CertSpec::server());
+    let [cert, key] = serving_flags(&dir, &api.ca().issue(&CertSpec::server()));
     let args = vec![
         "check-config".to_owned(),
         "--upstream=http://127.0.0.1:1".to_owned(),
-        format!(
-            "--tls-cert-file={}",
-            dir.write("tls.crt", serving.chain_pem()).display()
-        ),
-        format!(
-            "--tls-private-key-file={}",
-            dir.write("tls.key", serving.key_pem()).display()
-        ),
+        cert,
+        key,
         "--authentication-token-webhook".to_owned(),
         format!("--kubeconfig={}", credentials.kubeconfig.display()),
         "--authorization-mode=AlwaysAllow".to_owned(),
@@ -224,20 +214,14 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
         .await
         .unwrap();
     let dir = TempDir::new("credentials-probe");
-    let serving = api.ca().issue(&CertSpec::server());
+    let [cert, key] = serving_flags(&dir, &api.ca().issue(&CertSpec::server()));
     let probe = |kubeconfig: PathBuf| {
         vec![
             "check-config".to_owned(),
             "--probe".to_owned(),
             format!("--upstream=http://{}", kubelet.addr().unwrap()),
-            format!(
-                "--tls-cert-file={}",
-                dir.write("tls.crt", serving.chain_pem()).display()
-            ),
-            format!(
-                "--tls-private-key-file={}",
-                dir.write("tls.key", serving.key_pem()).display()
-            ),
+            cert.clone(),
+            key.clone(),
             "--authentication-token-webhook".to_owned(),
             format!("--kubeconfig={}", kubeconfig.display()),
             "--authorization-mode=Webhook".to_owned(),

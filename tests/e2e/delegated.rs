@@ -9,28 +9,28 @@ use std::time::Duration;
 use http::StatusCode;
 use serde_json::json;
 
+use crate::support::answers::{assert_authorization_error, assert_forbidden, assert_unauthorized};
 use crate::support::apiserver::{
     API_AUDIENCES, ApiServer, Caller, Fault, Flavour, Kind, PROXY_IDENTITY, Target, TokenUser,
     Verdict,
 };
-use crate::support::client::{
-    ANY_TLS, Client, ForwardedIdentity, HTTP1_ONLY, Identity, Reply, empty, request,
-};
+use crate::support::client::{ForwardedIdentity, Identity, authorized, bearer, empty, request};
 use crate::support::harness::{Harness, NODE_NAME, ProxySpec, Subject, grant};
+use crate::support::metrics::total;
 use crate::support::pki::{Authority, CertSpec, sha256_hex};
+use crate::support::process::ProcessSpec;
+use crate::support::streams::{WEBSOCKET_TOKEN_PREFIX, websocket_request, websocket_with_token};
 use crate::support::within;
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 
 const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
-const WEBSOCKET_TOKEN_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
 /// Longer than a TTL of 1 s: the entry has expired.
 const PAST_ONE_SECOND: Duration = Duration::from_millis(1500);
 
 /// The proxy with these flags, reviewing with the stand-in (client-certificate kubeconfig).
 async fn proxy(api: &ApiServer, args: &[&str]) -> Harness {
-    ProxySpec::new(args)
-        .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
-        .start()
-        .await
+    ProxySpec::new(args).apiserver(api).start().await
 }
 
 /// Token webhook on, every authenticated request allowed, identity shown to the kubelet.
@@ -44,131 +44,18 @@ async fn token_proxy(api: &ApiServer, extra: &[&str]) -> Harness {
     proxy(api, &args).await
 }
 
-/// `Authorization: Bearer <token>` on a fresh connection.
-async fn with_token(client: &Client, path: &str, token: &str) -> Reply {
-    with_authorization(client, path, &format!("Bearer {token}")).await
-}
-
-async fn with_authorization(client: &Client, path: &str, authorization: &str) -> Reply {
-    client
-        .send(
-            request("GET", path)
-                .header("authorization", authorization)
-                .body(empty())
-                .unwrap(),
-        )
-        .await
-}
-
 fn user(name: &str, uid: &str, groups: &[&str], extra: &[(&str, &[&str])]) -> ForwardedIdentity {
     ForwardedIdentity {
-        user: vec![name.to_owned()],
-        uid: if uid.is_empty() {
-            vec![]
-        } else {
-            vec![uid.to_owned()]
-        },
-        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
         extra: extra
             .iter()
             .map(|(k, v)| ((*k).to_owned(), v.iter().map(|v| (*v).to_owned()).collect()))
             .collect(),
+        ..ForwardedIdentity::new(name, uid, groups)
     }
 }
 
 fn anonymous() -> ForwardedIdentity {
     user("system:anonymous", "", &["system:unauthenticated"], &[])
-}
-
-fn assert_unauthorized(reply: &Reply, what: &str) {
-    assert_eq!(
-        reply.status,
-        StatusCode::UNAUTHORIZED,
-        "{what}: {}",
-        reply.text()
-    );
-    assert_eq!(reply.text(), "Unauthorized", "{what}");
-}
-
-fn assert_authorization_error(reply: &Reply, user: &str, verb: &str, subresource: &str) {
-    assert_eq!(
-        reply.status,
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "{}",
-        reply.text()
-    );
-    assert_eq!(
-        reply.text(),
-        format!(
-            "Authorization error (user={user}, verb={verb}, resource=nodes, subresource={subresource})"
-        )
-    );
-}
-
-fn assert_forbidden(reply: &Reply, user: &str, verb: &str, subresources: &str) {
-    assert_eq!(reply.status, StatusCode::FORBIDDEN, "{}", reply.text());
-    assert_eq!(
-        reply.text(),
-        format!(
-            "Forbidden (user={user}, verb={verb}, resource=nodes, subresource(s)=[{subresources}])\n"
-        )
-    );
-}
-
-/// The unpadded base64url of `bytes`, as the WebSocket bearer subprotocol carries a token.
-fn base64url(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let mut out = String::new();
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (i, b)| acc | u32::from(*b) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(char::from(ALPHABET[(n >> (18 - 6 * i)) as usize & 0x3f]));
-        }
-    }
-    out
-}
-
-/// A WebSocket handshake for `path` offering the token subprotocol and `v4.channel.k8s.io`.
-fn websocket(path: &str, token: &str) -> http::Request<crate::support::client::Body> {
-    request("GET", path)
-        .header("connection", "Upgrade")
-        .header("upgrade", "websocket")
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-        .header(
-            "sec-websocket-protocol",
-            format!(
-                "{WEBSOCKET_TOKEN_PREFIX}{}, v4.channel.k8s.io",
-                base64url(token.as_bytes())
-            ),
-        )
-        .body(empty())
-        .unwrap()
-}
-
-fn http1(h: &Harness, identity: Identity) -> Client {
-    Client::configured(h.ca.cert(), h.addr(), identity, HTTP1_ONLY, ANY_TLS)
-}
-
-/// Sum of the samples of `name` whose labels include all of `labels`.
-fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .filter_map(|line| {
-            let (series, value) = line.rsplit_once(' ')?;
-            let (metric, rest) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name
-                && labels
-                    .iter()
-                    .all(|(k, v)| rest.contains(&format!("{k}=\"{v}\""))))
-            .then(|| value.parse::<f64>().ok())
-            .flatten()
-        })
-        // The sum of no samples is 0, not -0.
-        .fold(0.0, |sum, value| sum + value)
 }
 
 async fn metrics(h: &Harness) -> String {
@@ -182,7 +69,7 @@ const CACHE_LOOKUPS: &str = "kubelet_auth_proxy_review_cache_lookups_total";
 
 /// API server calls of `kind` answered with `code` (0: no answer), as the proxy counted them.
 async fn api_calls(h: &Harness, kind: &str, code: &str) -> f64 {
-    metric(
+    total(
         &metrics(h).await,
         API_CALLS,
         &[("kind", kind), ("code", code)],
@@ -194,7 +81,7 @@ async fn api_calls(h: &Harness, kind: &str, code: &str) -> f64 {
 /// hold whatever the timing; this only makes the requests overlap as much as it can.
 async fn wait_for_connections(h: &Harness, n: usize) {
     let _ = tokio::time::timeout(Duration::from_secs(8), async {
-        while metric(
+        while total(
             &metrics(h).await,
             "kubelet_auth_proxy_connections_open",
             &[],
@@ -226,7 +113,7 @@ async fn bearer_token_authenticates_and_never_reaches_the_kubelet() {
     api.add_token("tok-dave", TokenUser::new("dave").groups(&["g2"]));
     let h = token_proxy(&api, &[]).await;
 
-    let reply = with_token(&h.anonymous(), "/echo", "tok-bob").await;
+    let reply = h.anonymous().get_with_token("/echo", "tok-bob").await;
     let echo = reply.echo();
     // T1: the user verbatim, groups unchanged (system:authenticated not repeated).
     assert_eq!(
@@ -240,7 +127,11 @@ async fn bearer_token_authenticates_and_never_reaches_the_kubelet() {
     );
     assert_eq!(echo.header("authorization"), Vec::<String>::new());
 
-    let dave = with_token(&h.anonymous(), "/echo", "tok-dave").await.echo();
+    let dave = h
+        .anonymous()
+        .get_with_token("/echo", "tok-dave")
+        .await
+        .echo();
     assert_eq!(
         dave.identity(),
         user("dave", "", &["g2", "system:authenticated"], &[])
@@ -277,7 +168,7 @@ async fn token_kubeconfig_flavour_works_too() {
             Verdict::no_opinion()
         }
     });
-    let reply = with_token(&h.anonymous(), "/pods", "tok-bob").await;
+    let reply = h.anonymous().get_with_token("/pods", "tok-bob").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     let callers: Vec<_> = api.calls().into_iter().map(|c| c.caller).collect();
     assert_eq!(callers, vec![Some(Caller::Token), Some(Caller::Token)]);
@@ -293,10 +184,10 @@ async fn websocket_protocol_token_authenticates_and_is_removed() {
         TokenUser::new("bob").groups(&["system:authenticated"]),
     );
     let h = token_proxy(&api, &[]).await;
-    let client = http1(&h, Identity::None);
+    let client = h.http1_client(Identity::None);
 
     // A WebSocket handshake to a path the kubelet answers without upgrading shows what reached it.
-    let reply = client.send(websocket("/echo", token)).await;
+    let reply = client.send(websocket_with_token("/echo", token)).await;
     let echo = reply.echo();
     assert_eq!(
         echo.identity(),
@@ -312,7 +203,10 @@ async fn websocket_protocol_token_authenticates_and_is_removed() {
 
     // And an exec upgrade goes through with it.
     let exec = client
-        .open(websocket("/exec/ns/pod/ctr?command=sh&stdin=true", token))
+        .open(websocket_with_token(
+            "/exec/ns/pod/ctr?command=sh&stdin=true",
+            token,
+        ))
         .await;
     assert_eq!(exec.status(), StatusCode::SWITCHING_PROTOCOLS);
     assert_eq!(api.token_reviews(), vec![json!({"token": token})]);
@@ -323,18 +217,8 @@ async fn websocket_protocol_token_errors() {
     let api = ApiServer::start().await;
     api.add_token("tok-bob", TokenUser::new("bob"));
     let h = token_proxy(&api, &["--anonymous-auth"]).await;
-    let client = http1(&h, Identity::None);
-    let handshake = |protocols: String| {
-        request("GET", "/echo")
-            .header("connection", "Upgrade")
-            .header("upgrade", "websocket")
-            .header("sec-websocket-version", "13")
-            .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-            .header("sec-websocket-protocol", protocols)
-            .body(empty())
-            .unwrap()
-    };
-    let encoded = base64url(b"tok-bob");
+    let client = h.http1_client(Identity::None);
+    let encoded = URL_SAFE_NO_PAD.encode("tok-bob");
     for (protocols, what) in [
         (
             format!("{WEBSOCKET_TOKEN_PREFIX}{encoded}"),
@@ -353,12 +237,15 @@ async fn websocket_protocol_token_errors() {
         (
             format!(
                 "{WEBSOCKET_TOKEN_PREFIX}{}, v4.channel.k8s.io",
-                base64url(&[0xff, 0xfe])
+                URL_SAFE_NO_PAD.encode([0xff, 0xfe])
             ),
             "not UTF-8",
         ),
     ] {
-        assert_unauthorized(&client.send(handshake(protocols)).await, what);
+        assert_unauthorized(
+            &client.send(websocket_request("/echo", &protocols)).await,
+            what,
+        );
     }
     assert!(api.token_reviews().is_empty());
     // Not a WebSocket request: the subprotocol is not a credential; anonymous.
@@ -389,7 +276,10 @@ async fn credential_precedence_table() {
     // Valid certificate + valid token: the certificate wins; the token is never reviewed, and
     // still never reaches the kubelet.
     let alice_cert = h.ca.issue(&CertSpec::client("alice").org("a"));
-    let reply = with_token(&h.client(Identity::of(&alice_cert)), "/echo", "tok-bob").await;
+    let reply = h
+        .client(Identity::of(&alice_cert))
+        .get_with_token("/echo", "tok-bob")
+        .await;
     let echo = reply.echo();
     assert_eq!(echo.identity().user, vec!["alice".to_owned()]);
     assert_eq!(echo.header("authorization"), Vec::<String>::new());
@@ -397,26 +287,35 @@ async fn credential_precedence_table() {
 
     // Certificate without CN + valid token: the token user.
     let nameless = h.ca.issue(&CertSpec::client("").without_common_name());
-    let reply = with_token(&h.client(Identity::of(&nameless)), "/echo", "tok-bob").await;
+    let reply = h
+        .client(Identity::of(&nameless))
+        .get_with_token("/echo", "tok-bob")
+        .await;
     assert_eq!(reply.echo().identity(), bob);
 
     // Invalid certificate (unknown CA) + valid token: the token user.
     let stranger = Authority::root("stranger").issue(&CertSpec::client("mallory"));
-    let reply = with_token(&h.client(Identity::of(&stranger)), "/echo", "tok-bob").await;
+    let reply = h
+        .client(Identity::of(&stranger))
+        .get_with_token("/echo", "tok-bob")
+        .await;
     assert_eq!(reply.echo().identity(), bob);
     // Invalid certificate + rejected token: 401.
-    let reply = with_token(&h.client(Identity::of(&stranger)), "/echo", "tok-nobody").await;
+    let reply = h
+        .client(Identity::of(&stranger))
+        .get_with_token("/echo", "tok-nobody")
+        .await;
     assert_unauthorized(&reply, "invalid certificate and rejected token");
 
     // No certificate + rejected token: 401 even with anonymous on.
     assert_unauthorized(
-        &with_token(&h.anonymous(), "/echo", "tok-nobody").await,
+        &h.anonymous().get_with_token("/echo", "tok-nobody").await,
         "rejected token",
     );
     // No certificate + a token whose TokenReview fails: 401.
     api.inject(Kind::TokenReview, Fault::Forbidden, 1);
     assert_unauthorized(
-        &with_token(&h.anonymous(), "/echo", "tok-failing").await,
+        &h.anonymous().get_with_token("/echo", "tok-failing").await,
         "TokenReview failed",
     );
     let reviewed = api.token_reviews().len();
@@ -428,7 +327,7 @@ async fn credential_precedence_table() {
         "Bearer",
         "Bearer ",
     ] {
-        let reply = with_authorization(&h.anonymous(), "/echo", authorization).await;
+        let reply = h.anonymous().send(authorized("/echo", authorization)).await;
         let echo = reply.echo();
         assert_eq!(echo.identity(), anonymous(), "{authorization:?}");
         assert_eq!(echo.header("authorization"), Vec::<String>::new());
@@ -437,7 +336,7 @@ async fn credential_precedence_table() {
 
     // Scheme case-insensitive; a third part is ignored.
     for authorization in ["bearer tok-bob", "BEARER tok-bob extra"] {
-        let reply = with_authorization(&h.anonymous(), "/echo", authorization).await;
+        let reply = h.anonymous().send(authorized("/echo", authorization)).await;
         assert_eq!(reply.echo().identity(), bob, "{authorization:?}");
     }
 }
@@ -448,11 +347,13 @@ async fn anonymous_off_turns_the_anonymous_cells_into_401() {
     let h = token_proxy(&api, &["--anonymous-auth=false"]).await;
     assert_unauthorized(&h.anonymous().get("/echo").await, "no credentials");
     assert_unauthorized(
-        &with_authorization(&h.anonymous(), "/echo", "Basic Ym9iOnNlY3JldA==").await,
+        &h.anonymous()
+            .send(authorized("/echo", "Basic Ym9iOnNlY3JldA=="))
+            .await,
         "basic",
     );
     assert_unauthorized(
-        &with_authorization(&h.anonymous(), "/echo", "Bearer  x").await,
+        &h.anonymous().send(authorized("/echo", "Bearer  x")).await,
         "double space",
     );
     assert!(api.token_reviews().is_empty());
@@ -472,7 +373,7 @@ async fn token_webhook_off_ignores_bearer_tokens() {
         ],
     )
     .await;
-    let reply = with_token(&h.anonymous(), "/echo", "tok-bob").await;
+    let reply = h.anonymous().get_with_token("/echo", "tok-bob").await;
     let echo = reply.echo();
     assert_eq!(echo.identity(), anonymous());
     assert_eq!(echo.header("authorization"), Vec::<String>::new());
@@ -493,12 +394,18 @@ async fn token_cache_keeps_successes_and_quiet_failures_never_errors() {
 
     // T1 + T7: the same token from another client certificate and another path is a hit.
     assert_eq!(
-        with_token(&h.anonymous(), "/echo", "tok-bob").await.status,
+        h.anonymous()
+            .get_with_token("/echo", "tok-bob")
+            .await
+            .status,
         StatusCode::OK
     );
     let other = h.user("carol", &[]);
     assert_eq!(
-        with_token(&other, "/pods", "tok-nobody-else").await.status,
+        other
+            .get_with_token("/pods", "tok-nobody-else")
+            .await
+            .status,
         StatusCode::OK,
         "the certificate wins, no review"
     );
@@ -506,7 +413,8 @@ async fn token_cache_keeps_successes_and_quiet_failures_never_errors() {
         &h.ca.issue(&CertSpec::client("").without_common_name()),
     ));
     assert_eq!(
-        with_token(&nameless, "/stats/summary", "tok-bob")
+        nameless
+            .get_with_token("/stats/summary", "tok-bob")
             .await
             .status,
         StatusCode::OK
@@ -514,14 +422,14 @@ async fn token_cache_keeps_successes_and_quiet_failures_never_errors() {
     // T2: not authenticated without an error: 401, cached.
     for _ in 0..2 {
         assert_unauthorized(
-            &with_token(&h.anonymous(), "/echo", "tok-quiet").await,
+            &h.anonymous().get_with_token("/echo", "tok-quiet").await,
             "T2",
         );
     }
     // T3: not authenticated with an error: 401, reviewed every time.
     for _ in 0..2 {
         assert_unauthorized(
-            &with_token(&h.anonymous(), "/echo", "tok-expired").await,
+            &h.anonymous().get_with_token("/echo", "tok-expired").await,
             "T3",
         );
     }
@@ -538,11 +446,11 @@ async fn token_cache_keeps_successes_and_quiet_failures_never_errors() {
     // A failed call is never cached: the next request reviews again and succeeds.
     api.inject(Kind::TokenReview, Fault::Forbidden, 1);
     assert_unauthorized(
-        &with_token(&h.anonymous(), "/echo", "tok-new").await,
+        &h.anonymous().get_with_token("/echo", "tok-new").await,
         "TokenReview forbidden",
     );
     api.add_token("tok-new", TokenUser::new("erin"));
-    let reply = with_token(&h.anonymous(), "/echo", "tok-new").await;
+    let reply = h.anonymous().get_with_token("/echo", "tok-new").await;
     assert_eq!(reply.echo().identity().user, vec!["erin".to_owned()]);
     assert_eq!(api.statuses(Kind::TokenReview).len(), 6);
 }
@@ -558,11 +466,14 @@ async fn token_cache_entries_expire_after_the_ttl_flag() {
     for round in 1..=2 {
         for _ in 0..2 {
             assert_eq!(
-                with_token(&h.anonymous(), "/echo", "tok-bob").await.status,
+                h.anonymous()
+                    .get_with_token("/echo", "tok-bob")
+                    .await
+                    .status,
                 StatusCode::OK
             );
             assert_unauthorized(
-                &with_token(&h.anonymous(), "/echo", "tok-quiet").await,
+                &h.anonymous().get_with_token("/echo", "tok-quiet").await,
                 "quiet failure",
             );
         }
@@ -577,10 +488,10 @@ async fn token_audiences_are_sent_and_enforced() {
     api.add_token("tok-kubelet", TokenUser::new("bob").audiences(&["kubelet"]));
     api.add_token("tok-api", TokenUser::new("carol"));
     let h = token_proxy(&api, &["--authentication-token-audiences=kubelet,other"]).await;
-    let reply = with_token(&h.anonymous(), "/echo", "tok-kubelet").await;
+    let reply = h.anonymous().get_with_token("/echo", "tok-kubelet").await;
     assert_eq!(reply.echo().identity().user, vec!["bob".to_owned()]);
     assert_unauthorized(
-        &with_token(&h.anonymous(), "/echo", "tok-api").await,
+        &h.anonymous().get_with_token("/echo", "tok-api").await,
         "token for the API server's audiences only",
     );
     assert_eq!(
@@ -594,10 +505,13 @@ async fn token_audiences_are_sent_and_enforced() {
     // Without the flag the API server's own audiences apply.
     let plain = token_proxy(&api, &[]).await;
     assert_unauthorized(
-        &with_token(&plain.anonymous(), "/echo", "tok-kubelet").await,
+        &plain
+            .anonymous()
+            .get_with_token("/echo", "tok-kubelet")
+            .await,
         "kubelet-only token, implicit audiences",
     );
-    let reply = with_token(&plain.anonymous(), "/echo", "tok-api").await;
+    let reply = plain.anonymous().get_with_token("/echo", "tok-api").await;
     assert_eq!(reply.echo().identity().user, vec!["carol".to_owned()]);
     assert_eq!(
         api.token_reviews()[2..],
@@ -656,7 +570,7 @@ async fn access_review_request_body_is_the_kubelets() {
     });
     let h = webhook_proxy(&api, &[]).await;
 
-    let reply = with_token(&h.anonymous(), "/pods", "tok-agent").await;
+    let reply = h.anonymous().get_with_token("/pods", "tok-agent").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(
         api.access_reviews(),
@@ -848,27 +762,33 @@ async fn access_cache_s1_s3_s4_allowed_and_denied_entries() {
     assert_eq!(specs[4]["user"], specs[0]["user"]);
 }
 
-#[tokio::test]
-async fn access_cache_ttls_follow_their_flags() {
+/// A stand-in API server allowing `nodes/stats` and answering `otherwise` for the rest, and a
+/// proxy asking it with these cache TTLs for authorized and unauthorized answers.
+async fn stats_allowed(
+    otherwise: Verdict,
+    authorized: &str,
+    unauthorized: &str,
+) -> (ApiServer, Harness) {
     let api = ApiServer::start().await;
-    api.set_rules(|r| {
+    api.set_rules(move |r| {
         if r.subresource == "stats" {
             Verdict::allow()
         } else {
-            Verdict::deny()
+            otherwise.clone()
         }
     });
+    let authorized = format!("--authorization-webhook-cache-authorized-ttl={authorized}");
+    let unauthorized = format!("--authorization-webhook-cache-unauthorized-ttl={unauthorized}");
+    let h = webhook_proxy(&api, &[authorized.as_str(), unauthorized.as_str()]).await;
+    (api, h)
+}
+
+#[tokio::test]
+async fn access_cache_ttls_follow_their_flags() {
     // Authorized entries live at most 1 s, unauthorized ones at least a quarter of 1 h (a new
     // key's first entry lives a random part of its TTL, never more): only the allowed one is
     // asked again.
-    let h = webhook_proxy(
-        &api,
-        &[
-            "--authorization-webhook-cache-authorized-ttl=1s",
-            "--authorization-webhook-cache-unauthorized-ttl=1h",
-        ],
-    )
-    .await;
+    let (api, h) = stats_allowed(Verdict::deny(), "1s", "1h").await;
     let alice = h.user("alice", &[]);
     for _ in 0..2 {
         assert_eq!(alice.get("/stats/summary").await.status, StatusCode::OK);
@@ -878,22 +798,7 @@ async fn access_cache_ttls_follow_their_flags() {
     assert_eq!(subresources(&api), vec!["stats", "metrics", "stats"]);
 
     // S2: and the other way round.
-    let api = ApiServer::start().await;
-    api.set_rules(|r| {
-        if r.subresource == "stats" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
-    let h = webhook_proxy(
-        &api,
-        &[
-            "--authorization-webhook-cache-authorized-ttl=1h",
-            "--authorization-webhook-cache-unauthorized-ttl=1s",
-        ],
-    )
-    .await;
+    let (api, h) = stats_allowed(Verdict::no_opinion(), "1h", "1s").await;
     let alice = h.user("alice", &[]);
     for _ in 0..2 {
         assert_eq!(alice.get("/stats/summary").await.status, StatusCode::OK);
@@ -914,7 +819,7 @@ async fn token_review_retries_500s_then_succeeds_t4() {
     api.add_token("tok-bob", TokenUser::new("bob"));
     let h = token_proxy(&api, &[]).await;
     api.inject(Kind::TokenReview, Fault::InternalError, 3);
-    let reply = with_token(&h.anonymous(), "/echo", "tok-bob").await;
+    let reply = h.anonymous().get_with_token("/echo", "tok-bob").await;
     assert_eq!(reply.echo().identity().user, vec!["bob".to_owned()]);
     assert_eq!(api.statuses(Kind::TokenReview), vec![500, 500, 500, 201]);
     assert_eq!(api_calls(&h, "TokenReview", "500").await, 3.0);
@@ -926,17 +831,20 @@ async fn token_review_connection_refused_is_one_attempt_t5() {
     api.add_token("tok-bob", TokenUser::new("bob"));
     let h = token_proxy(&api, &[]).await;
     assert_eq!(
-        with_token(&h.anonymous(), "/echo", "tok-bob").await.status,
+        h.anonymous()
+            .get_with_token("/echo", "tok-bob")
+            .await
+            .status,
         StatusCode::OK
     );
     api.stop().await;
     assert_unauthorized(
-        &with_token(&h.anonymous(), "/echo", "tok-other").await,
+        &h.anonymous().get_with_token("/echo", "tok-other").await,
         "T5",
     );
     assert_eq!(api_calls(&h, "TokenReview", "0").await, 1.0);
     // The cached user is still served while the API server is down.
-    let reply = with_token(&h.anonymous(), "/echo", "tok-bob").await;
+    let reply = h.anonymous().get_with_token("/echo", "tok-bob").await;
     assert_eq!(reply.status, StatusCode::OK);
 }
 
@@ -955,7 +863,10 @@ async fn token_review_gives_up_after_five_429s_t6() {
         },
         5,
     );
-    assert_unauthorized(&with_token(&h.anonymous(), "/echo", "tok-bob").await, "T6");
+    assert_unauthorized(
+        &h.anonymous().get_with_token("/echo", "tok-bob").await,
+        "T6",
+    );
     assert_eq!(api.statuses(Kind::TokenReview), vec![429; 5]);
 }
 
@@ -969,7 +880,9 @@ async fn service_unavailable_without_retry_after_is_final() {
     let h = webhook_proxy(&api, &[]).await;
     api.inject(Target::Both, Fault::ServiceUnavailable, 1);
     assert_unauthorized(
-        &with_token(&h.anonymous(), "/stats/summary", "tok-bob").await,
+        &h.anonymous()
+            .get_with_token("/stats/summary", "tok-bob")
+            .await,
         "503 TokenReview",
     );
     assert_eq!(api.statuses(Kind::TokenReview), vec![503]);
@@ -1022,12 +935,7 @@ async fn burst(h: &Harness, count: usize, token: impl Fn(usize) -> String) -> Ve
             let token = token(i);
             tokio::spawn(async move {
                 client
-                    .try_send(
-                        request("GET", "/pods")
-                            .header("authorization", format!("Bearer {token}"))
-                            .body(empty())
-                            .unwrap(),
-                    )
+                    .try_send(bearer("/pods", &token))
                     .await
                     .map(|reply| reply.status)
             })
@@ -1075,7 +983,7 @@ async fn five_hundred_concurrent_requests_one_token_review_one_review_per_attrib
     );
     let text = metrics(&h).await;
     let lookups = |cache: &str, result: &str| {
-        metric(
+        total(
             &text,
             CACHE_LOOKUPS,
             &[("cache", cache), ("result", result)],
@@ -1150,7 +1058,7 @@ async fn slow_api_server_fails_closed_within_the_request_timeout() {
     api.inject(Target::Both, Fault::Slow(Duration::from_secs(8)), 10);
     // Each step is bounded by STEP_TIMEOUT (20 s): an unbounded wait fails the test.
     assert_unauthorized(
-        &with_token(&h.anonymous(), "/echo", "tok-bob").await,
+        &h.anonymous().get_with_token("/echo", "tok-bob").await,
         "slow TokenReview",
     );
     let reply = h.user("alice", &[]).get("/stats/summary").await;
@@ -1158,7 +1066,8 @@ async fn slow_api_server_fails_closed_within_the_request_timeout() {
     api.clear_faults();
     // Once the API server is quick again, both work.
     assert_eq!(
-        with_token(&h.anonymous(), "/stats/summary", "tok-bob")
+        h.anonymous()
+            .get_with_token("/stats/summary", "tok-bob")
             .await
             .status,
         StatusCode::OK
@@ -1179,7 +1088,10 @@ async fn malformed_and_oversized_answers_fail_closed_and_the_proxy_keeps_serving
         (oversized, "oversized"),
     ] {
         api.inject(Kind::TokenReview, fault.clone(), 5);
-        assert_unauthorized(&with_token(&h.anonymous(), "/echo", "tok-bob").await, what);
+        assert_unauthorized(
+            &h.anonymous().get_with_token("/echo", "tok-bob").await,
+            what,
+        );
         api.clear_faults();
         api.inject(Kind::SubjectAccessReview, fault, 5);
         let reply = h.user("alice", &[]).get("/stats/summary").await;
@@ -1187,7 +1099,10 @@ async fn malformed_and_oversized_answers_fail_closed_and_the_proxy_keeps_serving
         api.clear_faults();
     }
     // Still serving, and nothing bad was cached.
-    let reply = with_token(&h.anonymous(), "/stats/summary", "tok-bob").await;
+    let reply = h
+        .anonymous()
+        .get_with_token("/stats/summary", "tok-bob")
+        .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(
         h.user("alice", &[]).get("/stats/summary").await.status,
@@ -1202,12 +1117,15 @@ async fn recovers_when_the_api_server_comes_back() {
     api.set_rules(|_| Verdict::allow());
     let h = webhook_proxy(&api, &[]).await;
     assert_eq!(
-        with_token(&h.anonymous(), "/pods", "tok-bob").await.status,
+        h.anonymous()
+            .get_with_token("/pods", "tok-bob")
+            .await
+            .status,
         StatusCode::OK
     );
     api.stop().await;
     assert_unauthorized(
-        &with_token(&h.anonymous(), "/pods", "tok-new").await,
+        &h.anonymous().get_with_token("/pods", "tok-new").await,
         "API server down",
     );
     assert_authorization_error(
@@ -1219,7 +1137,10 @@ async fn recovers_when_the_api_server_comes_back() {
     api.restart().await;
     api.add_token("tok-new", TokenUser::new("erin"));
     assert_eq!(
-        with_token(&h.anonymous(), "/pods", "tok-new").await.status,
+        h.anonymous()
+            .get_with_token("/pods", "tok-new")
+            .await
+            .status,
         StatusCode::OK
     );
     assert_eq!(
@@ -1253,7 +1174,7 @@ async fn chain_node_policy_webhook_asks_the_api_server_last() {
         "--authentication-token-webhook",
     ])
     .policy(&policy)
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
 
@@ -1298,17 +1219,19 @@ async fn metrics_count_calls_cache_lookups_and_coalesced_waits() {
     let h = webhook_proxy(&api, &[]).await;
     api.inject(Kind::TokenReview, Fault::InternalError, 1);
     for _ in 0..3 {
-        let reply = with_token(&h.anonymous(), "/stats/summary", "tok-bob").await;
+        let reply = h
+            .anonymous()
+            .get_with_token("/stats/summary", "tok-bob")
+            .await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     }
     let text = metrics(&h).await;
-    let calls =
-        |kind: &str, code: &str| metric(&text, API_CALLS, &[("kind", kind), ("code", code)]);
+    let calls = |kind: &str, code: &str| total(&text, API_CALLS, &[("kind", kind), ("code", code)]);
     assert_eq!(calls("TokenReview", "500"), 1.0, "{text}");
     assert_eq!(calls("TokenReview", "201"), 1.0, "{text}");
     assert_eq!(calls("SubjectAccessReview", "201"), 1.0, "{text}");
     let lookups = |cache: &str, result: &str| {
-        metric(
+        total(
             &text,
             CACHE_LOOKUPS,
             &[("cache", cache), ("result", result)],
@@ -1340,7 +1263,7 @@ async fn metrics_count_calls_cache_lookups_and_coalesced_waits() {
         assert_eq!(api.arrivals(Kind::TokenReview), before + 1 + round);
         let text = metrics(&h).await;
         let lookups = |result: &str| {
-            metric(
+            total(
                 &text,
                 CACHE_LOOKUPS,
                 &[("cache", "TokenReview"), ("result", result)],
@@ -1364,13 +1287,6 @@ async fn metrics_count_calls_cache_lookups_and_coalesced_waits() {
 /// instead of "no credential", and, with anonymous access on, why the caller is anonymous.
 #[tokio::test]
 async fn a_token_sent_while_token_authentication_is_off_is_named_in_the_log() {
-    let kubelet = within(
-        "starting the stand-in kubelet",
-        kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None),
-    )
-    .await
-    .unwrap();
-    let upstream = format!("http://{}", kubelet.addr().unwrap());
     for (anonymous, status, words) in [
         (
             false,
@@ -1379,23 +1295,16 @@ async fn a_token_sent_while_token_authentication_is_off_is_named_in_the_log() {
         ),
         (true, StatusCode::OK, "anonymous: a bearer token was sent"),
     ] {
-        let dir = crate::support::TempDir::new("ignored-token");
-        let ca = Authority::root("ignored token CA");
-        let extra = format!("anonymousAuth: {anonymous}\n");
-        let config = crate::support::process::proxy_config(&dir, &ca, &upstream, &extra);
-        let proxy = crate::support::process::ProxyProcess::start(
-            &dir,
-            "proxy",
-            &["--config".to_owned(), config, "-v=2".to_owned()],
-            &[],
-        )
-        .await;
-        let client = Client::new(ca.cert(), proxy.addr(), Identity::None);
-        let request = request("GET", "/pods")
-            .header("authorization", "Bearer not-checked")
-            .body(empty())
-            .unwrap();
-        assert_eq!(client.send(request).await.status, status);
+        let site = ProcessSpec::new("ignored-token")
+            .config(&format!("anonymousAuth: {anonymous}\n"))
+            .prepare()
+            .await;
+        let proxy = site.start("proxy", &["-v=2".to_owned()]).await;
+        let client = site.anonymous(proxy.addr());
+        assert_eq!(
+            client.get_with_token("/pods", "not-checked").await.status,
+            status
+        );
         crate::support::eventually("the log line", || {
             let logged = proxy.stderr().contains(words);
             async move { logged.then_some(()) }

@@ -6,9 +6,8 @@
 use serde_json::Value;
 
 use crate::support::TempDir;
-use crate::support::apiserver::{ApiServer, Flavour, Kind, Verdict};
-use crate::support::pki::Authority;
-use crate::support::process::{Finished, proxy_config, run};
+use crate::support::apiserver::{ApiServer, Fault, Kind, Verdict};
+use crate::support::process::{Deployment, Finished, ProcessSpec, run};
 
 /// Three roles, four bindings: the group `monitoring` has stats through the first binding and
 /// metrics through the second; `debugger` has `nodes/proxy`; the last role has rules no kubelet
@@ -63,37 +62,50 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: never}
 subjects: [{kind: User, name: nobody}]
 "#;
 
+/// The upstream of a configuration `explain` reads: it never sends a request.
+const NOWHERE: &str = "http://127.0.0.1:1";
+
 /// A configuration directory: `proxy.yaml` (serving files, node `node-a`) and `policy.yaml`.
 struct Setup {
-    dir: TempDir,
-    config: String,
+    site: Deployment,
     policy: String,
 }
 
 impl Setup {
-    fn new(label: &str) -> Setup {
-        let dir = TempDir::new(label);
-        let ca = Authority::root("explain CA");
-        let config = proxy_config(&dir, &ca, "http://127.0.0.1:1", "");
-        let policy = dir.write("policy.yaml", POLICY).display().to_string();
-        Setup {
-            dir,
-            config,
-            policy,
-        }
+    async fn new(label: &str) -> Setup {
+        let site = ProcessSpec::new(label).upstream(NOWHERE).prepare().await;
+        let policy = site.dir.write("policy.yaml", POLICY).display().to_string();
+        Setup { site, policy }
     }
 
     /// `explain --config=… --authorization-mode=Node,Policy --authorization-policy-file=… args…`.
     async fn explain(&self, name: &str, args: &[&str]) -> Finished {
-        let mut command = vec![
-            "explain".to_owned(),
-            format!("--config={}", self.config),
-            "--authorization-mode=Node,Policy".to_owned(),
-            format!("--authorization-policy-file={}", self.policy),
-        ];
-        command.extend(args.iter().map(|a| (*a).to_owned()));
-        run(&self.dir, name, &command).await
+        let policy = format!("--authorization-policy-file={}", self.policy);
+        explain(
+            &self.site,
+            name,
+            &[&["--authorization-mode=Node,Policy", &policy], args].concat(),
+        )
+        .await
     }
+}
+
+/// `explain --config=… args…` with the configuration of `site`.
+async fn explain(site: &Deployment, name: &str, args: &[&str]) -> Finished {
+    let mut command = vec!["explain".to_owned()];
+    command.extend(site.command_line(&args.iter().map(|a| (*a).to_owned()).collect::<Vec<_>>()));
+    run(&site.dir, name, &command).await
+}
+
+/// Asserts that `done` exited with `code`, showing what it printed otherwise.
+fn assert_exit(done: &Finished, code: i32) {
+    assert_eq!(
+        done.status.code(),
+        Some(code),
+        "{}{}",
+        done.stdout,
+        done.stderr
+    );
 }
 
 fn json(done: &Finished) -> Value {
@@ -103,7 +115,7 @@ fn json(done: &Finished) -> Value {
 
 #[tokio::test]
 async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
-    let s = Setup::new("explain-policy");
+    let s = Setup::new("explain-policy").await;
 
     let done = s
         .explain(
@@ -111,13 +123,7 @@ async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
             &["--user=prom", "--group=monitoring", "GET", "/metrics"],
         )
         .await;
-    assert_eq!(
-        done.status.code(),
-        Some(0),
-        "{}{}",
-        done.stdout,
-        done.stderr
-    );
+    assert_exit(&done, 0);
     assert!(
         done.stdout.contains(
             "Policy       Allow      RBAC: allowed by ClusterRoleBinding \"monitoring-metrics\" \
@@ -142,13 +148,7 @@ async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
             &["--user=prom", "--group=monitoring", "GET", "/pods"],
         )
         .await;
-    assert_eq!(
-        done.status.code(),
-        Some(1),
-        "{}{}",
-        done.stdout,
-        done.stderr
-    );
+    assert_exit(&done, 1);
     assert!(
         done.stdout
             .contains("attributes:  nodes/pods, nodes/proxy (in order)")
@@ -173,7 +173,7 @@ async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
             &["--user=debugger", "--output=json", "GET", "/pods"],
         )
         .await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    assert_exit(&done, 0);
     let e = json(&done);
     assert_eq!(e["attributes"][0]["subresource"], "pods");
     assert_eq!(e["attributes"][0]["decision"], "NoOpinion");
@@ -190,7 +190,7 @@ async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
 
 #[tokio::test]
 async fn explain_shows_the_node_restriction_and_the_redirect() {
-    let s = Setup::new("explain-node");
+    let s = Setup::new("explain-node").await;
     let done = s
         .explain(
             "other-node",
@@ -203,7 +203,7 @@ async fn explain_shows_the_node_restriction_and_the_redirect() {
             ],
         )
         .await;
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    assert_exit(&done, 1);
     let e = json(&done);
     let answers = &e["attributes"][0]["answers"];
     assert_eq!(answers[0]["authorizer"], "Node");
@@ -218,7 +218,7 @@ async fn explain_shows_the_node_restriction_and_the_redirect() {
     let done = s
         .explain("redirect", &["--user=prom", "GET", "/metrics/../pods?x=1"])
         .await;
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    assert_exit(&done, 1);
     assert!(
         done.stdout
             .contains("path:        not canonical: redirected to /pods?x=1 before authentication"),
@@ -232,7 +232,7 @@ async fn explain_shows_the_node_restriction_and_the_redirect() {
 
 #[tokio::test]
 async fn explain_json_document_field_by_field() {
-    let s = Setup::new("explain-json");
+    let s = Setup::new("explain-json").await;
     let done = s
         .explain(
             "json",
@@ -248,7 +248,7 @@ async fn explain_json_document_field_by_field() {
             ],
         )
         .await;
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    assert_exit(&done, 1);
     // Warnings go into the document, not to stderr.
     assert_eq!(done.stderr, "");
     let e = json(&done);
@@ -324,9 +324,9 @@ async fn explain_json_document_field_by_field() {
 
 #[tokio::test]
 async fn explain_warns_on_stderr_in_text_mode_and_exits_2_on_bad_input() {
-    let s = Setup::new("explain-input");
+    let s = Setup::new("explain-input").await;
     let done = s.explain("warn", &["--anonymous", "GET", "/pods"]).await;
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    assert_exit(&done, 1);
     assert!(done.stdout.contains("user:        system:anonymous"));
     let warnings: Vec<&str> = done.stderr.lines().collect();
     assert_eq!(warnings.len(), 5, "{}", done.stderr);
@@ -340,7 +340,7 @@ async fn explain_warns_on_stderr_in_text_mode_and_exits_2_on_bad_input() {
     );
     assert!(warnings[4].contains("rules[4]: nonResourceURLs"));
 
-    let missing = s.dir.path().join("missing.yaml").display().to_string();
+    let missing = s.site.dir.path().join("missing.yaml").display().to_string();
     let cases: [(&str, Vec<String>); 5] = [
         ("extra", vec!["--user=a".into(), "--extra=novalue".into()]),
         (
@@ -368,9 +368,9 @@ async fn explain_warns_on_stderr_in_text_mode_and_exits_2_on_bad_input() {
         assert_eq!(done.stderr.lines().count(), 1, "{name}: {}", done.stderr);
     }
 
-    let config = s.dir.path().join("nowhere.yaml").display().to_string();
+    let config = s.site.dir.path().join("nowhere.yaml").display().to_string();
     let done = run(
-        &s.dir,
+        &s.site.dir,
         "config",
         &[
             "explain".into(),
@@ -381,7 +381,7 @@ async fn explain_warns_on_stderr_in_text_mode_and_exits_2_on_bad_input() {
         ],
     )
     .await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert_exit(&done, 2);
     assert!(done.stderr.contains(&config), "{}", done.stderr);
 }
 
@@ -395,34 +395,22 @@ async fn explain_with_webhook_shows_the_subject_access_review_reason() {
             Verdict::deny()
         }
     });
-    let dir = TempDir::new("explain-webhook");
-    let ca = Authority::root("explain CA");
-    let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
-    let config = proxy_config(
-        &dir,
-        &ca,
-        "http://127.0.0.1:1",
-        &format!("kubeconfig: {}\n", kubeconfig.display()),
-    );
-    let explain = |name: &'static str, args: &[&str]| {
-        let mut command = vec![
-            "explain".to_owned(),
-            format!("--config={config}"),
-            "--authorization-mode=Webhook".to_owned(),
-        ];
-        command.extend(args.iter().map(|a| (*a).to_owned()));
-        let dir = &dir;
-        async move { run(dir, name, &command).await }
-    };
+    let site = ProcessSpec::new("explain-webhook")
+        .upstream(NOWHERE)
+        .apiserver(&api)
+        .prepare()
+        .await;
+    async fn webhook(site: &Deployment, name: &str, args: &[&str]) -> Finished {
+        explain(
+            site,
+            name,
+            &[&["--authorization-mode=Webhook"], args].concat(),
+        )
+        .await
+    }
 
-    let done = explain("allowed", &["--user=prom", "GET", "/metrics"]).await;
-    assert_eq!(
-        done.status.code(),
-        Some(0),
-        "{}{}",
-        done.stdout,
-        done.stderr
-    );
+    let done = webhook(&site, "allowed", &["--user=prom", "GET", "/metrics"]).await;
+    assert_exit(&done, 0);
     assert!(
         done.stdout
             .contains("Webhook      Allow      RBAC: allowed by the stand-in's rules"),
@@ -430,8 +418,13 @@ async fn explain_with_webhook_shows_the_subject_access_review_reason() {
         done.stdout
     );
 
-    let done = explain("denied", &["--user=prom", "--output=json", "GET", "/pods"]).await;
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    let done = webhook(
+        &site,
+        "denied",
+        &["--user=prom", "--output=json", "GET", "/pods"],
+    )
+    .await;
+    assert_exit(&done, 1);
     let e = json(&done);
     assert_eq!(e["attributes"][0]["answers"][0]["answer"], "Deny");
     assert_eq!(
@@ -442,13 +435,14 @@ async fn explain_with_webhook_shows_the_subject_access_review_reason() {
     assert_eq!(e["result"]["status"], 403);
 
     // A review that fails (403 from the API server is not retried): the proxy's 500, exit 2.
-    api.inject(
-        Kind::SubjectAccessReview,
-        crate::support::apiserver::Fault::Forbidden,
-        1,
-    );
-    let done = explain("error", &["--user=prom", "--output=json", "GET", "/pods"]).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    api.inject(Kind::SubjectAccessReview, Fault::Forbidden, 1);
+    let done = webhook(
+        &site,
+        "error",
+        &["--user=prom", "--output=json", "GET", "/pods"],
+    )
+    .await;
+    assert_exit(&done, 2);
     let e = json(&done);
     assert_eq!(e["attributes"].as_array().unwrap().len(), 1);
     assert_eq!(e["attributes"][0]["decision"], "Error");
@@ -486,7 +480,7 @@ async fn explain_needs_only_the_policy_and_the_node_name() {
         &policy_only(&policy, &[&prom[..], &["GET", "/metrics"]].concat()),
     )
     .await;
-    assert_eq!(allowed.status.code(), Some(0), "{}", allowed.stderr);
+    assert_exit(&allowed, 0);
     let e = json(&allowed);
     assert_eq!(e["result"]["outcome"], "forwarded");
     assert_eq!(e["attributes"][0]["decidedBy"], "Policy");
@@ -496,7 +490,7 @@ async fn explain_needs_only_the_policy_and_the_node_name() {
         &policy_only(&policy, &[&prom[..], &["GET", "/pods"]].concat()),
     )
     .await;
-    assert_eq!(denied.status.code(), Some(1), "{}", denied.stderr);
+    assert_exit(&denied, 1);
     assert_eq!(json(&denied)["result"]["status"], 403);
 }
 
@@ -518,13 +512,7 @@ async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
         &policy_only(&policy, &[&format!("--check={}", good.display())]),
     )
     .await;
-    assert_eq!(
-        done.status.code(),
-        Some(0),
-        "{}{}",
-        done.stdout,
-        done.stderr
-    );
+    assert_exit(&done, 0);
     let lines: Vec<&str> = done.stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{}", done.stdout);
     assert!(
@@ -544,13 +532,7 @@ async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
     );
     let check = format!("--check={}", bad.display());
     let done = run(&dir, "bad", &policy_only(&policy, &[&check])).await;
-    assert_eq!(
-        done.status.code(),
-        Some(1),
-        "{}{}",
-        done.stdout,
-        done.stderr
-    );
+    assert_exit(&done, 1);
     assert!(
         done.stdout.contains(
             "FAIL  row 2: debugger GET /pods: allow, expected deny \
@@ -565,7 +547,7 @@ async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
         &policy_only(&policy, &[&check, "--output=json"]),
     )
     .await;
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    assert_exit(&done, 1);
     let report = json(&done);
     assert_eq!(
         (report["passed"].as_u64(), report["failed"].as_u64()),
@@ -633,7 +615,7 @@ async fn explain_check_refuses_a_table_it_cannot_ask_naming_file_and_row() {
         &policy_only(&policy, &["--check=x.yaml", "--user=a", "GET", "/pods"]),
     )
     .await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert_exit(&done, 2);
 }
 
 #[tokio::test]
@@ -658,12 +640,6 @@ async fn the_shipped_policy_checks_pass_against_the_shipped_policies() {
         args.push(format!("--authorization-policy-file={}", path.display()));
     }
     let done = run(&dir, "shipped", &args).await;
-    assert_eq!(
-        done.status.code(),
-        Some(0),
-        "{}{}",
-        done.stdout,
-        done.stderr
-    );
+    assert_exit(&done, 0);
     assert!(!done.stdout.contains("FAIL"), "{}", done.stdout);
 }

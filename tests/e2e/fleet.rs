@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, TokenUser, Verdict};
-use crate::support::client::{Client, Reply, empty, request};
+use crate::support::apiserver::{ApiServer, Fault, Kind, TokenUser, Verdict};
+use crate::support::client::{Client, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::metrics::total;
 use crate::support::{eventually, within};
@@ -18,10 +18,7 @@ use crate::support::{eventually, within};
 const PACE: Duration = Duration::from_millis(20);
 
 async fn proxy(api: &ApiServer, args: &[&str]) -> Harness {
-    ProxySpec::new(args)
-        .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
-        .start()
-        .await
+    ProxySpec::new(args).apiserver(api).start().await
 }
 
 /// Bearer tokens reviewed with a token cache TTL of `ttl`; every authenticated request allowed.
@@ -36,17 +33,6 @@ async fn token_proxy(api: &ApiServer, ttl: &str) -> Harness {
         ],
     )
     .await
-}
-
-async fn with_token(client: &Client, token: &str) -> Reply {
-    client
-        .send(
-            request("GET", "/pods")
-                .header("authorization", format!("Bearer {token}"))
-                .body(empty())
-                .unwrap(),
-        )
-        .await
 }
 
 /// Waits until the proxy has counted one refresh ahead of tokens with `result`, and no other.
@@ -80,7 +66,10 @@ async fn refresh_counted(h: &Harness, result: &str) {
 async fn round(api: &ApiServer, client: &Client, tokens: &[String]) -> usize {
     let before = api.token_reviews().len();
     for token in tokens {
-        assert_eq!(with_token(client, token).await.status, StatusCode::OK);
+        assert_eq!(
+            client.get_with_token("/pods", token).await.status,
+            StatusCode::OK
+        );
     }
     let reviewed = api.token_reviews()[before..]
         .iter()
@@ -129,20 +118,33 @@ async fn new_keys_filled_together_expire_apart_and_renewals_live_the_whole_ttl()
 async fn use_until_refreshed(api: &ApiServer, client: &Client, token: &str) {
     within("a refresh ahead of a key in use", async {
         while api.arrivals(Kind::TokenReview) < 2 {
-            assert_eq!(with_token(client, token).await.status, StatusCode::OK);
+            assert_eq!(
+                client.get_with_token("/pods", token).await.status,
+                StatusCode::OK
+            );
             tokio::time::sleep(PACE).await;
         }
     })
     .await;
 }
 
-#[tokio::test]
-async fn a_key_in_use_is_refreshed_ahead_once_while_requests_are_answered_from_it() {
+/// The start of a refresh ahead: a stand-in API server knowing `tok-bob`, a proxy caching tokens
+/// for 15 s, and an anonymous client whose first request with the token was answered.
+async fn bob_reviewed_once() -> (ApiServer, Harness, Client) {
     let api = ApiServer::start().await;
     api.add_token("tok-bob", TokenUser::new("bob"));
     let h = token_proxy(&api, "15s").await;
     let client = h.anonymous();
-    assert_eq!(with_token(&client, "tok-bob").await.status, StatusCode::OK);
+    assert_eq!(
+        client.get_with_token("/pods", "tok-bob").await.status,
+        StatusCode::OK
+    );
+    (api, h, client)
+}
+
+#[tokio::test]
+async fn a_key_in_use_is_refreshed_ahead_once_while_requests_are_answered_from_it() {
+    let (api, h, client) = bob_reviewed_once().await;
     assert_eq!(api.arrivals(Kind::TokenReview), 1);
 
     let gate = api.hold(Kind::TokenReview);
@@ -150,12 +152,18 @@ async fn a_key_in_use_is_refreshed_ahead_once_while_requests_are_answered_from_i
     // The refresh is still unanswered: requests are answered from the entry, and no other call
     // goes out for the key (one refresh, not one per request).
     for _ in 0..3 {
-        assert_eq!(with_token(&client, "tok-bob").await.status, StatusCode::OK);
+        assert_eq!(
+            client.get_with_token("/pods", "tok-bob").await.status,
+            StatusCode::OK
+        );
     }
     assert_eq!(api.arrivals(Kind::TokenReview), 2);
     gate.release();
     refresh_counted(&h, "replaced").await;
-    assert_eq!(with_token(&client, "tok-bob").await.status, StatusCode::OK);
+    assert_eq!(
+        client.get_with_token("/pods", "tok-bob").await.status,
+        StatusCode::OK
+    );
     assert_eq!(api.statuses(Kind::TokenReview), vec![201, 201]);
     assert_eq!(
         api.arrivals(Kind::TokenReview),
@@ -166,11 +174,7 @@ async fn a_key_in_use_is_refreshed_ahead_once_while_requests_are_answered_from_i
 
 #[tokio::test]
 async fn a_failed_refresh_leaves_the_entry_and_is_not_retried() {
-    let api = ApiServer::start().await;
-    api.add_token("tok-bob", TokenUser::new("bob"));
-    let h = token_proxy(&api, "15s").await;
-    let client = h.anonymous();
-    assert_eq!(with_token(&client, "tok-bob").await.status, StatusCode::OK);
+    let (api, h, client) = bob_reviewed_once().await;
     // The refresh meets a final error (403, not retried).
     api.inject(Kind::TokenReview, Fault::Forbidden, 1);
     let gate = api.hold(Kind::TokenReview);
@@ -180,7 +184,10 @@ async fn a_failed_refresh_leaves_the_entry_and_is_not_retried() {
     assert_eq!(api.statuses(Kind::TokenReview), vec![201, 403]);
     // The entry still answers, and the failed refresh is not tried again for it.
     for _ in 0..3 {
-        assert_eq!(with_token(&client, "tok-bob").await.status, StatusCode::OK);
+        assert_eq!(
+            client.get_with_token("/pods", "tok-bob").await.status,
+            StatusCode::OK
+        );
     }
     assert_eq!(api.arrivals(Kind::TokenReview), 2);
 }

@@ -8,9 +8,7 @@ use http_body_util::BodyExt;
 
 use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
-use crate::support::client::{
-    ANY_TLS, Client, HTTP1_ONLY, Identity, channel_body, empty, plain_send, request,
-};
+use crate::support::client::{Identity, channel_body, empty, plain_send, request};
 use crate::support::harness::{ProxySpec, Upstream};
 use crate::support::pki::CertSpec;
 use crate::support::within;
@@ -25,7 +23,7 @@ async fn every_upstream_kind_is_reached() {
         Upstream::Http,
         Upstream::Unix,
     ] {
-        let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+        let h = ProxySpec::always_allow(&[])
             .upstream(upstream)
             .start()
             .await;
@@ -44,7 +42,7 @@ async fn every_upstream_kind_is_reached() {
 
 #[tokio::test]
 async fn kubelet_requiring_a_client_certificate_refuses_a_proxy_without_one() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+    let h = ProxySpec::always_allow(&[])
         .upstream(Upstream::HttpsRequiringClientCert {
             proxy_has_cert: false,
         })
@@ -127,13 +125,7 @@ async fn client_identity_and_hop_by_hop_headers_never_reach_the_kubelet() {
         let h = ProxySpec::new(&args).start().await;
         let cert = h.ca.issue(&CertSpec::client("alice").org("ops"));
         // HTTP/1.1, where connection-specific headers can be sent at all.
-        let alice = Client::configured(
-            h.ca.cert(),
-            h.addr(),
-            Identity::of(&cert),
-            HTTP1_ONLY,
-            ANY_TLS,
-        );
+        let alice = h.http1_client(Identity::of(&cert));
         let echo = alice.send(hostile_request()).await.echo();
         let names = echo.header_names();
         for stripped in STRIPPED {
@@ -166,9 +158,7 @@ async fn client_identity_and_hop_by_hop_headers_never_reach_the_kubelet() {
 
 #[tokio::test]
 async fn followed_logs_arrive_line_by_line() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = h.user("alice", &[]);
     // The stream never ends: reading three lines proves the proxy does not buffer it.
     let response = alice
@@ -198,9 +188,7 @@ async fn followed_logs_arrive_line_by_line() {
 async fn request_body_is_streamed_to_the_kubelet() {
     const CHUNK: usize = 64 * 1024;
     const CHUNKS: usize = 64;
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = h.user("alice", &[]);
     let (tx, body) = channel_body();
     let feeder = tokio::spawn(async move {
@@ -225,7 +213,7 @@ async fn request_body_is_streamed_to_the_kubelet() {
 
 #[tokio::test]
 async fn unreachable_kubelet_is_502_and_the_proxy_recovers() {
-    let mut h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+    let mut h = ProxySpec::always_allow(&[])
         .upstream(Upstream::Unix)
         .start()
         .await;

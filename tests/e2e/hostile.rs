@@ -9,7 +9,7 @@ use http::{Method, Request, StatusCode, Uri};
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
-use crate::support::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{Identity, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::pki::{CertSpec, Issued};
 use crate::support::raw::{connect, exchange, read_to_close, statuses, tls_config};
@@ -18,9 +18,7 @@ use crate::support::{eventually, within};
 const HANDSHAKE_FAILURES: &str = "kubelet_auth_proxy_tls_handshake_failures_total";
 
 async fn allow_all() -> (Harness, Issued) {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = h.ca.issue(&CertSpec::client("alice").org("devs"));
     (h, alice)
 }
@@ -49,8 +47,7 @@ async fn spoofed_identity_headers_never_reach_the_kubelet() {
 /// Forged identity headers in every spelling, also named in `Connection` (which must not make
 /// the proxy drop the identity it sets itself), as alice and as an anonymous caller.
 async fn spoofed_identity_headers_over_http1(forward: bool) {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
+    let h = ProxySpec::always_allow(&[
         "--anonymous-auth=true",
         &format!("--forward-identity-headers={forward}"),
     ])
@@ -101,12 +98,9 @@ async fn spoofed_identity_headers_over_http1(forward: bool) {
 }
 
 async fn spoofed_identity_headers_over_http2() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--forward-identity-headers=true",
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--forward-identity-headers=true"])
+        .start()
+        .await;
     let alice = h.ca.issue(&CertSpec::client("alice").org("devs"));
     // Header names are lower case in HTTP/2, and `Connection` is not allowed.
     let mut req = request("GET", "/configz");
@@ -269,12 +263,9 @@ async fn oversized_headers_are_431() {
 
 #[tokio::test]
 async fn slowloris_is_cut_off_while_others_are_served() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--header-read-timeout=1s",
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--header-read-timeout=1s"])
+        .start()
+        .await;
     let alice = h.ca.issue(&CertSpec::client("alice"));
     let config = tls_config(h.ca.cert(), Some(&alice), &[b"http/1.1"]);
     let tls = connect(h.addr(), config).await.unwrap();
@@ -324,7 +315,7 @@ async fn slowloris_is_cut_off_while_others_are_served() {
 
 #[tokio::test]
 async fn max_connections_holds_and_a_waiting_client_is_served_after_one_closes() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow", "--max-connections=2"])
+    let h = ProxySpec::always_allow(&["--max-connections=2"])
         .start()
         .await;
     let client = h.user("alice", &[]);
@@ -646,7 +637,7 @@ async fn too_deep_or_too_large_client_chains_are_refused() {
 /// The chain is refused: a failed handshake, or a 401; never served, and never a hang (every
 /// step is bounded).
 async fn refused_chain(h: &Harness, identity: Identity, name: &str) {
-    let client = Client::configured(h.ca.cert(), h.addr(), identity, HTTP1_ONLY, ANY_TLS);
+    let client = h.http1_client(identity);
     let sent = client
         .try_send(request("GET", "/pods").body(empty()).unwrap())
         .await;

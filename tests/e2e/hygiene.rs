@@ -5,26 +5,17 @@
 
 use http::StatusCode;
 
-use crate::support::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{Identity, empty, request};
 use crate::support::harness::ProxySpec;
 use crate::support::pki::CertSpec;
 
 #[tokio::test]
 async fn lookalike_identity_and_method_override_headers_are_removed() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--forward-identity-headers",
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--forward-identity-headers"])
+        .start()
+        .await;
     let alice = h.ca.issue(&CertSpec::client("alice").org("devs"));
-    let client = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&alice),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let client = h.http1_client(Identity::of(&alice));
     let reply = client
         .send(
             request("GET", "/echo")
@@ -57,9 +48,7 @@ async fn lookalike_identity_and_method_override_headers_are_removed() {
 
 #[tokio::test]
 async fn upgrade_is_removed_from_any_request_but_an_exec_attach_or_port_forward_handshake() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let client = h.http1_user("bob");
     for protocol in ["websocket", "h2c", "SPDY/3.1"] {
         let reply = client

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use crate::manifests::{file, read};
 use crate::support::TempDir;
+use crate::support::answers::assert_authorization_error;
 use crate::support::apiserver::{ApiServer, Flavour, Verdict};
 use crate::support::client::Identity;
 use crate::support::harness::{Harness, NODE_NAME, ProxySpec};
@@ -163,16 +164,7 @@ async fn an_evaluation_error_follows_the_failure_policy() {
     )
     .await;
     let reply = h.user("bob", &[]).get("/pods").await;
-    assert_eq!(
-        reply.status,
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "{}",
-        reply.text()
-    );
-    assert_eq!(
-        reply.text(),
-        "Authorization error (user=bob, verb=get, resource=nodes, subresource=pods)"
-    );
+    assert_authorization_error(&reply, "bob", "get", "pods");
     assert_eq!(api.access_reviews(), Vec::<Value>::new());
     assert_eq!(h.metric(ERRORS, &[("name", "strict")]).await, 1.0);
     assert_eq!(h.metric(EXCLUSIONS, &[("name", "strict")]).await, 0.0);

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, Target, TokenUser, Verdict};
-use crate::support::client::{ANY_TLS, Body, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::apiserver::{ApiServer, Fault, Kind, Target, TokenUser, Verdict};
+use crate::support::client::{Body, Client, Identity, bearer, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::load::Load;
 use crate::support::pki::{Authority, CertSpec};
@@ -30,13 +30,6 @@ const STREAMS_OPEN: &str = "kubelet_auth_proxy_upgraded_streams_open";
 
 fn get(path: &str) -> http::Request<Body> {
     request("GET", path).body(empty()).unwrap()
-}
-
-fn bearer(path: &str, token: &str) -> http::Request<Body> {
-    request("GET", path)
-        .header("authorization", format!("Bearer {token}"))
-        .body(empty())
-        .unwrap()
 }
 
 /// Asserts that `worker` saw only answers starting with one of `allowed` in `phase` (requests
@@ -110,13 +103,7 @@ async fn kubelet_restart_under_live_traffic_is_502_then_recovers_and_leaks_nothi
     let baseline = steady(&proxy).await;
     let alice = proxy.ca.issue(&CertSpec::client("alice"));
     let h2 = proxy.client(Identity::of(&alice));
-    let http1 = Client::configured(
-        proxy.ca.cert(),
-        proxy.process().addr(),
-        Identity::of(&alice),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let http1 = proxy.http1_client(Identity::of(&alice));
     let workers = vec![
         Worker::new("h2 a", h2.clone(), |_| get("/pods")),
         Worker::new("h2 b", h2, |n| get(&format!("/echo?n={n}"))),
@@ -200,7 +187,7 @@ async fn api_scenario() -> (ApiServer, Harness, Traffic) {
         "--authorization-mode=Webhook",
         "--apiserver-request-timeout=1s",
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
     let alice = h.user("alice", &[]);
@@ -376,10 +363,7 @@ async fn serving(client: &Client, expected: &rustls::pki_types::CertificateDer<'
 /// the old one, clients moved to it, the old one retired. No request of either load may fail.
 #[tokio::test]
 async fn certificate_rotation_under_live_traffic_fails_no_request() {
-    let mut h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .serving_volume()
-        .start()
-        .await;
+    let mut h = ProxySpec::always_allow(&[]).serving_volume().start().await;
     let next_ca = Authority::root("next client CA");
     let old_client = Identity::of(&h.ca.issue(&CertSpec::client("old-client")));
     let new_client = Identity::of(&next_ca.issue(&CertSpec::client("new-client")));
@@ -439,13 +423,7 @@ const CONNECTIONS_BOUND: Duration = Duration::from_secs(150);
 /// how many connections were made.
 async fn open_and_close(proxy: &Standalone, per_maker: usize) -> usize {
     let anonymous = proxy.client(Identity::None);
-    let alice = Client::configured(
-        proxy.ca.cert(),
-        proxy.process().addr(),
-        Identity::of(&proxy.ca.issue(&CertSpec::client("alice"))),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let alice = proxy.http1_client(Identity::of(&proxy.ca.issue(&CertSpec::client("alice"))));
     let mut makers = tokio::task::JoinSet::new();
     for maker in 0..MAKERS {
         let (anonymous, alice) = (anonymous.clone(), alice.clone());

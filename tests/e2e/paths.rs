@@ -10,9 +10,7 @@ use crate::support::harness::ProxySpec;
 #[tokio::test]
 async fn dot_segments_redirect_before_authentication() {
     // Anonymous off and no certificate: anything authenticated would be a 401.
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let nobody = h.anonymous();
     assert_eq!(
         nobody.get("/exec/a/b/c").await.status,
@@ -42,9 +40,7 @@ async fn dot_segments_redirect_before_authentication() {
 
 #[tokio::test]
 async fn malformed_escapes_are_400_before_authentication() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let nobody = h.anonymous();
     for path in [
         "/stats%2F..%2Fexec/a/b/c",
@@ -65,9 +61,7 @@ async fn malformed_escapes_are_400_before_authentication() {
 
 #[tokio::test]
 async fn kubelet_sees_the_raw_path_and_query() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = h.user("alice", &[]);
     for (method, path, query) in [
         ("GET", "/debug/my%20profile", "seconds=1&x=%2F&y=a+b"),
@@ -94,9 +88,7 @@ async fn kubelet_sees_the_raw_path_and_query() {
 
 #[tokio::test]
 async fn container_logs_path_with_escapes_is_forwarded() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let reply = h
         .user("alice", &[])
         .get("/containerLogs/ns/my%20pod/c?tailLines=1")

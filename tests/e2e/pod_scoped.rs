@@ -8,7 +8,7 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use crate::support::TempDir;
-use crate::support::apiserver::{ApiServer, Flavour, Verdict};
+use crate::support::apiserver::{ApiServer, Verdict};
 use crate::support::client::{Body, empty, request};
 use crate::support::harness::{NODE_NAME, ProxySpec};
 use crate::support::streams::{EXEC_PROTOCOL, ExecSession, FOLLOW_TARGET};
@@ -49,7 +49,7 @@ async fn a_webhook_is_asked_about_the_pod_after_the_node() {
         }
     });
     let h = ProxySpec::new(&["--authorization-mode=Webhook", "--pod-scoped-authz"])
-        .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+        .apiserver(&api)
         .start()
         .await;
     let dev = h.user("dev", &["team-a"]);

@@ -16,10 +16,11 @@ use notify::{RecursiveMode, Watcher};
 use crate::support::client::{
     ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,
 };
+use crate::support::eventually;
 use crate::support::harness::{Harness, ProxySpec, Subject, grant};
 use crate::support::load::Load;
 use crate::support::pki::{Authority, CertSpec, Issued, common_name_of, serial_of};
-use crate::support::{eventually, within};
+use crate::support::process::ProcessSpec;
 
 const RELOADS: &str = "kubelet_auth_proxy_config_reloads_total";
 /// PEM markers around something that is not base64 of a certificate.
@@ -36,6 +37,43 @@ fn start_load(h: &Harness) -> Load {
         "/pods",
         "PodList",
     )
+}
+
+/// Starts the proxy of `spec` and the background load, and lets the load get going.
+async fn start_under_load(spec: ProxySpec) -> (Harness, Load) {
+    let h = spec.start().await;
+    let load = start_load(&h);
+    load.advance(20).await;
+    (h, load)
+}
+
+/// Lets the load run a little longer, asserts that none of its requests failed across `change`,
+/// and stops it.
+async fn end_load(load: Load, change: &str) {
+    load.advance(20).await;
+    load.stop().await.assert_no_failures(change);
+}
+
+/// The proxy authorizing by [`policy_with_log_reader`], `erin` reading the logs.
+fn policy_of_erin() -> ProxySpec {
+    ProxySpec::new(&["--authorization-mode=Policy"]).policy(&policy_with_log_reader("erin"))
+}
+
+/// Rotates the serving pair in place as an operator or cert-manager does (the key, then the
+/// certificate) to a certificate for `common_name`, and returns it.
+fn rotate_in_place(h: &Harness, common_name: &str) -> Issued {
+    let rotated = h.ca.issue(&CertSpec::server().common_name(common_name));
+    std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
+    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
+    rotated
+}
+
+/// Waits until `client` is answered 200 for `GET path`: `what` took effect.
+async fn until_ok(client: &Client, path: &str, what: &str) {
+    eventually(what, || async move {
+        (client.get(path).await.status == StatusCode::OK).then_some(())
+    })
+    .await;
 }
 
 /// `kubelet_auth_proxy_config_reloads_total{target, result}`.
@@ -95,11 +133,7 @@ async fn wait_for_serving(client: &Client, expected: &Issued, common_name: &str)
 
 #[tokio::test]
 async fn a_serving_certificate_rewritten_in_place_is_served_to_new_connections() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
-    let load = start_load(&h);
-    load.advance(20).await;
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[])).await;
     let alice = h.user("alice", &[]);
     let mut opened_before = alice.connect().await.unwrap();
     assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
@@ -108,11 +142,7 @@ async fn a_serving_certificate_rewritten_in_place_is_served_to_new_connections()
         "kubelet-auth-proxy-e2e"
     );
 
-    // As an operator or cert-manager rotates it: the key, then the certificate, in place.
-    let rotated =
-        h.ca.issue(&CertSpec::server().common_name("rotated-in-place"));
-    std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
-    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
+    let rotated = rotate_in_place(&h, "rotated-in-place");
     wait_for_serving(&alice, &rotated, "rotated-in-place").await;
     assert_ne!(serial_of(rotated.leaf()), serial_of(h.serving().leaf()));
 
@@ -122,21 +152,13 @@ async fn a_serving_certificate_rewritten_in_place_is_served_to_new_connections()
     assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
     assert!(reloads(&h, "serving_certificate", "applied").await >= 1.0);
 
-    load.advance(20).await;
-    load.stop()
-        .await
-        .assert_no_failures("serving certificate rewritten in place");
+    end_load(load, "serving certificate rewritten in place").await;
     h.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_serving_certificate_swapped_in_a_kubernetes_volume_is_served_to_new_connections() {
-    let mut h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .serving_volume()
-        .start()
-        .await;
-    let load = start_load(&h);
-    load.advance(20).await;
+    let (mut h, load) = start_under_load(ProxySpec::always_allow(&[]).serving_volume()).await;
     let alice = h.user("alice", &[]);
     let mut opened_before = alice.connect().await.unwrap();
     assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
@@ -172,12 +194,7 @@ async fn a_serving_certificate_swapped_in_a_kubernetes_volume_is_served_to_new_c
 async fn a_replaced_client_ca_admits_the_new_ca_and_refuses_the_removed_one_on_open_connections() {
     let removed = Authority::root("CA to be removed");
     let added = Authority::root("CA added later");
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .also_trust(removed.pem())
-        .start()
-        .await;
-    let load = start_load(&h);
-    load.advance(20).await;
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[]).also_trust(removed.pem())).await;
 
     let carol = client_of(&h, &added, "carol", H2_AND_HTTP1);
     assert_eq!(carol.get("/pods").await.status, StatusCode::UNAUTHORIZED);
@@ -192,11 +209,7 @@ async fn a_replaced_client_ca_admits_the_new_ca_and_refuses_the_removed_one_on_o
     }
 
     std::fs::write(h.client_ca_file(), h.ca.pem() + &added.pem()).unwrap();
-    let carol = &carol;
-    eventually("a client of the added CA is accepted", || async move {
-        (carol.get("/pods").await.status == StatusCode::OK).then_some(())
-    })
-    .await;
+    until_ok(&carol, "/pods", "a client of the added CA is accepted").await;
     // The connections opened under the old bundle are verified again: 401 on the same
     // connections, which stay usable.
     for conn in &mut bob_connections {
@@ -210,8 +223,7 @@ async fn a_replaced_client_ca_admits_the_new_ca_and_refuses_the_removed_one_on_o
     assert_eq!(bob.get("/pods").await.status, StatusCode::UNAUTHORIZED);
     assert!(reloads(&h, "client_ca", "applied").await >= 1.0);
 
-    load.advance(20).await;
-    load.stop().await.assert_no_failures("client CA replaced");
+    end_load(load, "client CA replaced").await;
     h.shutdown().await;
 }
 
@@ -236,12 +248,7 @@ fn policy_with_log_reader(subject: &str) -> String {
 
 #[tokio::test]
 async fn a_policy_change_grants_and_revokes_without_a_restart() {
-    let h = ProxySpec::new(&["--authorization-mode=Policy"])
-        .policy(&policy_with_log_reader("erin"))
-        .start()
-        .await;
-    let load = start_load(&h);
-    load.advance(20).await;
+    let (h, load) = start_under_load(policy_of_erin()).await;
     let dave = h.user("dave", &[]);
     let erin = h.user("erin", &[]);
     assert_eq!(
@@ -256,11 +263,7 @@ async fn a_policy_change_grants_and_revokes_without_a_restart() {
     );
 
     replace_file(&h.policy_file(), &policy_with_log_reader("dave"));
-    let dave = &dave;
-    eventually("the new grant takes effect", || async move {
-        (dave.get("/logs/messages").await.status == StatusCode::OK).then_some(())
-    })
-    .await;
+    until_ok(&dave, "/logs/messages", "the new grant takes effect").await;
     // The whole policy was swapped at once: the old grant is gone, on open connections too.
     assert_eq!(
         erin.get("/logs/messages").await.status,
@@ -272,18 +275,13 @@ async fn a_policy_change_grants_and_revokes_without_a_restart() {
     );
     assert!(reloads(&h, "policy", "applied").await >= 1.0);
 
-    load.advance(20).await;
-    load.stop().await.assert_no_failures("policy changed");
+    end_load(load, "policy changed").await;
     h.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_broken_serving_certificate_keeps_the_previous_one_until_fixed() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
-    let load = start_load(&h);
-    load.advance(20).await;
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[])).await;
     let alice = h.user("alice", &[]);
     let original = h.serving().leaf();
 
@@ -317,10 +315,7 @@ async fn a_broken_serving_certificate_keeps_the_previous_one_until_fixed() {
     wait_for_serving(&alice, &rotated, "fixed").await;
     assert!(reloads(&h, "serving_certificate", "applied").await > applied);
 
-    load.advance(20).await;
-    load.stop()
-        .await
-        .assert_no_failures("broken serving certificate");
+    end_load(load, "broken serving certificate").await;
     h.shutdown().await;
 }
 
@@ -328,12 +323,7 @@ async fn a_broken_serving_certificate_keeps_the_previous_one_until_fixed() {
 async fn a_broken_client_ca_keeps_the_previous_bundle_until_fixed() {
     let kept = Authority::root("CA in the first bundle");
     let added = Authority::root("CA of the fixed bundle");
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .also_trust(kept.pem())
-        .start()
-        .await;
-    let load = start_load(&h);
-    load.advance(20).await;
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[]).also_trust(kept.pem())).await;
     let bob = client_of(&h, &kept, "bob", H2_AND_HTTP1);
     let carol = client_of(&h, &added, "carol", H2_AND_HTTP1);
     assert_eq!(bob.get("/pods").await.status, StatusCode::OK);
@@ -354,27 +344,17 @@ async fn a_broken_client_ca_keeps_the_previous_bundle_until_fixed() {
 
     let applied = reloads(&h, "client_ca", "applied").await;
     std::fs::write(h.client_ca_file(), h.ca.pem() + &added.pem()).unwrap();
-    let carol = &carol;
-    eventually("the fixed bundle is applied", || async move {
-        (carol.get("/pods").await.status == StatusCode::OK).then_some(())
-    })
-    .await;
+    until_ok(&carol, "/pods", "the fixed bundle is applied").await;
     assert_eq!(bob.get("/pods").await.status, StatusCode::UNAUTHORIZED);
     assert!(reloads(&h, "client_ca", "applied").await > applied);
 
-    load.advance(20).await;
-    load.stop().await.assert_no_failures("broken client CA");
+    end_load(load, "broken client CA").await;
     h.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
-    let h = ProxySpec::new(&["--authorization-mode=Policy"])
-        .policy(&policy_with_log_reader("erin"))
-        .start()
-        .await;
-    let load = start_load(&h);
-    load.advance(20).await;
+    let (h, load) = start_under_load(policy_of_erin()).await;
     let dave = h.user("dave", &[]);
     let erin = h.user("erin", &[]);
 
@@ -404,27 +384,20 @@ async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
 
     let applied = reloads(&h, "policy", "applied").await;
     replace_file(&h.policy_file(), &policy_with_log_reader("dave"));
-    let dave = &dave;
-    eventually("the fixed policy is applied", || async move {
-        (dave.get("/logs/messages").await.status == StatusCode::OK).then_some(())
-    })
-    .await;
+    until_ok(&dave, "/logs/messages", "the fixed policy is applied").await;
     assert_eq!(
         erin.get("/logs/messages").await.status,
         StatusCode::FORBIDDEN
     );
     assert!(reloads(&h, "policy", "applied").await > applied);
 
-    load.advance(20).await;
-    load.stop().await.assert_no_failures("broken policy");
+    end_load(load, "broken policy").await;
     h.shutdown().await;
 }
 
 #[tokio::test]
 async fn the_files_are_not_read_again_while_nothing_changes() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     // Opens of the proxy's files, by anyone: only the proxy reads them.
     let opens = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&opens);
@@ -443,9 +416,7 @@ async fn the_files_are_not_read_again_while_nothing_changes() {
     let alice = h.user("alice", &[]);
     // A request lets the proxy's tasks run, its file watcher included.
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
-    let rotated = h.ca.issue(&CertSpec::server().common_name("rotated-once"));
-    std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
-    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
+    let rotated = rotate_in_place(&h, "rotated-once");
     wait_for_serving(&alice, &rotated, "rotated-once").await;
 
     // Nothing changes from here on, so nothing needs reading (the safety-net check is once a
@@ -463,25 +434,15 @@ async fn the_files_are_not_read_again_while_nothing_changes() {
 
 #[tokio::test]
 async fn a_change_right_after_start_is_picked_up() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
-    let rotated =
-        h.ca.issue(&CertSpec::server().common_name("rotated-at-start"));
-    std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
-    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
+    let h = ProxySpec::always_allow(&[]).start().await;
+    let rotated = rotate_in_place(&h, "rotated-at-start");
     wait_for_serving(&h.user("alice", &[]), &rotated, "rotated-at-start").await;
     h.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
-    let h = ProxySpec::new(&["--authorization-mode=Policy"])
-        .policy(&policy_with_log_reader("erin"))
-        .start()
-        .await;
-    let load = start_load(&h);
-    load.advance(20).await;
+    let (h, load) = start_under_load(policy_of_erin()).await;
     // A slow writer: the file is truncated, the proxy reloads it, then the new contents arrive.
     let reloaded = reloads(&h, "policy", "applied").await + reloads(&h, "policy", "failed").await;
     let file = std::fs::File::create(h.policy_file()).unwrap();
@@ -494,16 +455,13 @@ async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
     load.advance(20).await;
     drop(file);
     std::fs::write(h.policy_file(), policy_with_log_reader("dave")).unwrap();
-    let dave = h.user("dave", &[]);
-    let dave = &dave;
-    eventually("the new policy is applied", || async move {
-        (dave.get("/logs/messages").await.status == StatusCode::OK).then_some(())
-    })
+    until_ok(
+        &h.user("dave", &[]),
+        "/logs/messages",
+        "the new policy is applied",
+    )
     .await;
-    load.advance(20).await;
-    load.stop()
-        .await
-        .assert_no_failures("policy rewritten in place");
+    end_load(load, "policy rewritten in place").await;
 }
 
 /// With `RUST_LOG=trace` and the proxy's own log written into the directory of the files it
@@ -511,24 +469,11 @@ async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
 /// file-watching library logs the events that log causes, so the log cannot feed itself.
 #[tokio::test]
 async fn a_log_written_next_to_the_watched_files_does_not_feed_itself() {
-    let kubelet = within(
-        "starting the stand-in kubelet",
-        kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None),
-    )
-    .await
-    .unwrap();
-    let dir = crate::support::TempDir::new("watch-own-log");
-    let ca = Authority::root("watch own log CA");
-    let upstream = format!("http://{}", kubelet.addr().unwrap());
-    let config = crate::support::process::proxy_config(&dir, &ca, &upstream, "");
+    let site = ProcessSpec::new("watch-own-log").prepare().await;
     let trace = std::ffi::OsStr::new("trace");
-    let proxy = crate::support::process::ProxyProcess::start(
-        &dir,
-        "proxy",
-        &["--config".to_owned(), config],
-        &[("RUST_LOG", trace)],
-    )
-    .await;
+    let proxy = site
+        .start_with_env("proxy", &[], &[("RUST_LOG", trace)])
+        .await;
     // Let a feedback loop, if there were one, run for a while.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let settled = proxy.stderr().lines().count();

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, Target, TokenUser, Verdict};
-use crate::support::client::{empty, request};
+use crate::support::apiserver::{ApiServer, Fault, Kind, Target, TokenUser, Verdict};
 use crate::support::harness::ProxySpec;
 
 /// The 429s' `Retry-After`.
@@ -22,7 +21,7 @@ async fn one_call_per_retry_after_for_every_key_then_all_are_answered() {
         "--authorization-mode=Webhook",
         "--apiserver-request-timeout=8s",
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
 
@@ -76,7 +75,7 @@ async fn a_hold_longer_than_a_review_may_wait_fails_closed_without_calling() {
         "--authorization-mode=Webhook",
         "--apiserver-request-timeout=1s",
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
 
@@ -95,15 +94,7 @@ async fn a_hold_longer_than_a_review_may_wait_fails_closed_without_calling() {
         reply.text()
     );
     // During the hold: a TokenReview is not made either, and the caller gets the kubelet's 401.
-    let reply = h
-        .anonymous()
-        .send(
-            request("GET", "/pods")
-                .header("authorization", "Bearer tok")
-                .body(empty())
-                .unwrap(),
-        )
-        .await;
+    let reply = h.anonymous().get_with_token("/pods", "tok").await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert_eq!(api.calls().len(), 1, "{:?}", api.calls());
     assert_eq!(

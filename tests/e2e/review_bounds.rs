@@ -8,7 +8,7 @@
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Flavour, Kind, TokenUser, Verdict};
+use crate::support::apiserver::{ApiServer, Kind, TokenUser, Verdict};
 use crate::support::client::{Client, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::within;
@@ -32,7 +32,7 @@ async fn proxy(api: &ApiServer, mode: &str) -> Harness {
         mode,
         "--apiserver-max-reviews-inflight=2",
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(api)
     .start()
     .await
 }

@@ -20,9 +20,10 @@ use http::StatusCode;
 
 use crate::support::TempDir;
 use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, TokenUser, Verdict};
-use crate::support::client::{ANY_TLS, Body, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{Identity, authorized};
 use crate::support::pki::CertSpec;
 use crate::support::standalone::Standalone;
+use crate::support::streams::websocket_with_token;
 
 const VALID: &str = "tok-valid-0a9f2c61b7e4d3";
 const REJECTED: &str = "tok-rejected-3b8e1d55c2f9";
@@ -34,31 +35,6 @@ const DOUBLE_SPACE: &str = "tok-double-space-91c7";
 const QUERY: &str = "tok-in-query-4d2e7b";
 /// `Basic` of `bob:s3cr3t-basic-password`.
 const BASIC: &str = "Ym9iOnMzY3IzdC1iYXNpYy1wYXNzd29yZA==";
-
-fn with_authorization(path: &str, value: &str) -> http::Request<Body> {
-    request("GET", path)
-        .header("authorization", value)
-        .body(empty())
-        .unwrap()
-}
-
-/// A WebSocket handshake carrying `token` as a bearer subprotocol.
-fn websocket(token: &str) -> http::Request<Body> {
-    request("GET", "/echo")
-        .header("connection", "Upgrade")
-        .header("upgrade", "websocket")
-        .header("sec-websocket-version", "13")
-        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-        .header(
-            "sec-websocket-protocol",
-            format!(
-                "base64url.bearer.authorization.k8s.io.{}, v4.channel.k8s.io",
-                URL_SAFE_NO_PAD.encode(token)
-            ),
-        )
-        .body(empty())
-        .unwrap()
-}
 
 /// One run of the binary: handles every credential, stops, and returns what it printed, wrote to
 /// its audit log and exposed as metrics, with the secrets it was given.
@@ -94,7 +70,7 @@ async fn run(level: &str, rust_log: Option<&str>, format: &str) -> (String, Vec<
     let what = format!("{level} {rust_log:?} {format}");
 
     let anonymous = proxy.client(Identity::None);
-    let bearer = |token: &str| with_authorization("/pods", &format!("Bearer {token}"));
+    let bearer = |token: &str| authorized("/pods", &format!("Bearer {token}"));
     let ok = anonymous.send(bearer(VALID)).await;
     assert_eq!(ok.status, StatusCode::OK, "{what}: {}", ok.text());
     for token in [REJECTED, QUIET] {
@@ -113,7 +89,7 @@ async fn run(level: &str, rust_log: Option<&str>, format: &str) -> (String, Vec<
     );
     // Not bearer credentials (and anonymous is off): 401 without a review.
     for value in [format!("Bearer  {DOUBLE_SPACE}"), format!("Basic {BASIC}")] {
-        let reply = anonymous.send(with_authorization("/pods", &value)).await;
+        let reply = anonymous.send(authorized("/pods", &value)).await;
         assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{what}: {value}");
     }
     let query = anonymous.get(&format!("/pods?access_token={QUERY}")).await;
@@ -122,15 +98,10 @@ async fn run(level: &str, rust_log: Option<&str>, format: &str) -> (String, Vec<
         StatusCode::UNAUTHORIZED,
         "{what}: query token"
     );
-    let ws = Client::configured(
-        proxy.ca.cert(),
-        proxy.process().addr(),
-        Identity::None,
-        HTTP1_ONLY,
-        ANY_TLS,
-    )
-    .send(websocket(WEBSOCKET))
-    .await;
+    let ws = proxy
+        .http1_client(Identity::None)
+        .send(websocket_with_token("/echo", WEBSOCKET))
+        .await;
     assert_eq!(ws.status, StatusCode::OK, "{what}: {}", ws.text());
     let alice = proxy.client(Identity::of(&proxy.ca.issue(&CertSpec::client("alice"))));
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);

@@ -11,17 +11,12 @@ use std::time::Instant;
 use http::StatusCode;
 use tokio::net::{TcpStream, UnixDatagram};
 
-use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
-
-use crate::support::apiserver::{ApiServer, Flavour, Kind, Verdict};
-use crate::support::client::{
-    ANY_TLS, Client, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, plain_get, request,
-};
+use crate::support::apiserver::{ApiServer, Kind, Verdict};
+use crate::support::client::{H2_AND_HTTP1, HTTP1_ONLY, Reply, empty, plain_get, request};
 use crate::support::harness::ProxySpec;
-use crate::support::pki::{Authority, CertSpec};
-use crate::support::process::{ProxyProcess, proxy_config};
+use crate::support::process::ProcessSpec;
 use crate::support::streams::{EXEC_PROTOCOL, ExecSession, FollowedLog, large_body};
-use crate::support::{TempDir, eventually, within};
+use crate::support::{eventually, within};
 
 /// Waits until the admin listener answers `/readyz` with 503.
 async fn wait_until_not_ready(admin: SocketAddr) {
@@ -43,12 +38,6 @@ async fn wait_until_refused(addr: SocketAddr) {
     .await;
 }
 
-/// A client for `name` from `ca` speaking `alpn`, trusting `ca` for the proxy.
-fn client(ca: &Authority, addr: SocketAddr, name: &str, alpn: &[&[u8]]) -> Client {
-    let cert = ca.issue(&CertSpec::client(name));
-    Client::configured(ca.cert(), addr, Identity::of(&cert), alpn, ANY_TLS)
-}
-
 #[tokio::test]
 async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
     const CHUNK: usize = 64 * 1024;
@@ -60,7 +49,7 @@ async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
         "--shutdown-grace-period=30s",
         "--apiserver-request-timeout=30s",
     ])
-    .kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
+    .apiserver(&api)
     .start()
     .await;
     let (addr, admin) = (h.addr(), h.admin_addr());
@@ -70,7 +59,7 @@ async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
     log.lines(1).await;
     let mut open_connections = Vec::new();
     for (name, alpn) in [("pat-h2", H2_AND_HTTP1), ("pat-h1", HTTP1_ONLY)] {
-        let mut conn = client(&h.ca, addr, name, alpn).connect().await.unwrap();
+        let mut conn = h.user_offering(name, alpn).connect().await.unwrap();
         let response = conn
             .send(request("GET", "/healthz").body(empty()).unwrap())
             .await
@@ -85,7 +74,7 @@ async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
     let arrived = api.arrivals(Kind::SubjectAccessReview);
     let mut held = Vec::new();
     for (name, alpn) in [("fresh-h2", H2_AND_HTTP1), ("fresh-h1", HTTP1_ONLY)] {
-        let client = client(&h.ca, addr, name, alpn);
+        let client = h.user_offering(name, alpn);
         held.push(tokio::spawn(async move {
             client
                 .try_send(request("GET", "/pods").body(empty()).unwrap())
@@ -102,7 +91,7 @@ async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
             Reply::read(response).await.map_err(|e| e.to_string())
         }));
     }
-    let uploader = client(&h.ca, addr, "uploader", H2_AND_HTTP1);
+    let uploader = h.user_offering("uploader", H2_AND_HTTP1);
     let (body, feeder) = large_body(CHUNK, CHUNKS);
     let upload = tokio::spawn(async move {
         uploader
@@ -154,15 +143,11 @@ async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
 
 #[tokio::test]
 async fn streams_work_through_the_grace_period_and_are_closed_at_its_end() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--shutdown-grace-period=2s",
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--shutdown-grace-period=2s"])
+        .start()
+        .await;
     let (addr, admin) = (h.addr(), h.admin_addr());
-    let mut session =
-        ExecSession::open(&client(&h.ca, addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
+    let mut session = ExecSession::open(&h.http1_user("alice"), EXEC_PROTOCOL).await;
     session.echo(b"before shutdown").await;
     let mut log = FollowedLog::open(&h.user("follower", &[])).await;
     log.lines(1).await;
@@ -182,19 +167,15 @@ async fn streams_work_through_the_grace_period_and_are_closed_at_its_end() {
 
 #[tokio::test]
 async fn streams_cut_at_the_end_of_the_grace_period_end_in_an_error_not_a_clean_end() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--shutdown-grace-period=1s",
-    ])
-    .start()
-    .await;
-    let addr = h.addr();
-    let mut session =
-        ExecSession::open(&client(&h.ca, addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
+    let h = ProxySpec::always_allow(&["--shutdown-grace-period=1s"])
+        .start()
+        .await;
+    let _addr = h.addr();
+    let mut session = ExecSession::open(&h.http1_user("alice"), EXEC_PROTOCOL).await;
     session.echo(b"before shutdown").await;
     let mut logs = Vec::new();
     for (name, alpn) in [("h1-follower", HTTP1_ONLY), ("h2-follower", H2_AND_HTTP1)] {
-        let mut log = FollowedLog::open(&client(&h.ca, addr, name, alpn)).await;
+        let mut log = FollowedLog::open(&h.user_offering(name, alpn)).await;
         log.lines(1).await;
         logs.push((name, log));
     }
@@ -214,24 +195,17 @@ async fn streams_cut_at_the_end_of_the_grace_period_end_in_an_error_not_a_clean_
 
 #[tokio::test]
 async fn sigterm_drains_the_binary_which_exits_0() {
-    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
-        .await
-        .unwrap();
-    let dir = TempDir::new("sigterm");
-    let ca = Authority::root("sigterm CA");
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        "shutdownGracePeriod: 2s\n",
-    );
-    let mut proxy = ProxyProcess::start(&dir, "proxy", &["--config".to_owned(), config], &[]).await;
+    let site = ProcessSpec::new("sigterm")
+        .config("shutdownGracePeriod: 2s\n")
+        .prepare()
+        .await;
+    let mut proxy = site.start("proxy", &[]).await;
     let (addr, admin) = (proxy.addr(), proxy.admin_addr());
-    let alice = client(&ca, addr, "alice", H2_AND_HTTP1);
+    let alice = site.client(addr, "alice", H2_AND_HTTP1);
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
     assert_eq!(plain_get(admin, "/readyz").await.status, StatusCode::OK);
     let mut session =
-        ExecSession::open(&client(&ca, addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
+        ExecSession::open(&site.client(addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
     session.echo(b"before SIGTERM").await;
     let mut log = FollowedLog::open(&alice).await;
     log.lines(1).await;
@@ -263,31 +237,17 @@ async fn notification(socket: &UnixDatagram) -> String {
 
 #[tokio::test]
 async fn systemd_is_told_ready_once_serving_and_stopping_at_sigterm() {
-    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
-        .await
-        .unwrap();
-    let dir = TempDir::new("notify");
-    let ca = Authority::root("sd_notify CA");
-    let socket_path = dir.path().join("notify.sock");
+    let site = ProcessSpec::new("notify").prepare().await;
+    let socket_path = site.dir.path().join("notify.sock");
     let socket = UnixDatagram::bind(&socket_path).unwrap();
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        "",
-    );
-    let mut proxy = ProxyProcess::start(
-        &dir,
-        "proxy",
-        &["--config".to_owned(), config],
-        &[("NOTIFY_SOCKET", socket_path.as_os_str())],
-    )
-    .await;
+    let mut proxy = site
+        .start_with_env("proxy", &[], &[("NOTIFY_SOCKET", socket_path.as_os_str())])
+        .await;
 
     let ready = notification(&socket).await;
     assert!(ready.lines().any(|l| l == "READY=1"), "{ready:?}");
     // Ready means serving: a request right away is answered.
-    let alice = client(&ca, proxy.addr(), "alice", H2_AND_HTTP1);
+    let alice = site.client(proxy.addr(), "alice", H2_AND_HTTP1);
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
 
     proxy.terminate();

@@ -13,9 +13,7 @@ use crate::support::raw::{connect, exchange, statuses, tls_config};
 
 #[tokio::test]
 async fn alpn_serves_http2_and_http1() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = Identity::of(&h.ca.issue(&CertSpec::client("alice")));
     for (alpn, want) in [
         (H2_AND_HTTP1, Version::HTTP_2),
@@ -43,9 +41,7 @@ async fn alpn_serves_http2_and_http1() {
 /// only ever negotiated, RFC 9113 section 3.2).
 #[tokio::test]
 async fn without_alpn_a_connection_is_http1() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = h.ca.issue(&CertSpec::client("alice"));
     let no_alpn = tls_config(h.ca.cert(), Some(&alice), &[]);
 
@@ -76,12 +72,9 @@ async fn without_alpn_a_connection_is_http1() {
 
 #[tokio::test]
 async fn tls13_minimum_refuses_a_tls12_only_client() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--tls-min-version=VersionTLS13",
-    ])
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--tls-min-version=VersionTLS13"])
+        .start()
+        .await;
     let alice = Identity::of(&h.ca.issue(&CertSpec::client("alice")));
     let old = Client::configured(
         h.ca.cert(),
@@ -100,9 +93,7 @@ async fn tls13_minimum_refuses_a_tls12_only_client() {
 
 #[tokio::test]
 async fn tls12_is_accepted_by_default() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let alice = Identity::of(&h.ca.issue(&CertSpec::client("alice")));
     let client = Client::configured(h.ca.cert(), h.addr(), alice, H2_AND_HTTP1, TLS12_ONLY);
     let echo = client.get("/echo").await.echo();
@@ -111,14 +102,10 @@ async fn tls12_is_accepted_by_default() {
 
 #[tokio::test]
 async fn no_client_certificate_requested_without_client_ca() {
-    let h = ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--anonymous-auth",
-        "--forward-identity-headers",
-    ])
-    .without_client_ca()
-    .start()
-    .await;
+    let h = ProxySpec::always_allow(&["--anonymous-auth", "--forward-identity-headers"])
+        .without_client_ca()
+        .start()
+        .await;
     let alice = h.client(Identity::of(&h.ca.issue(&CertSpec::client("alice"))));
     let identity = alice.get("/echo").await.echo().identity();
     assert!(
@@ -131,9 +118,7 @@ async fn no_client_certificate_requested_without_client_ca() {
 
 #[tokio::test]
 async fn client_certificate_requested_with_client_ca() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow", "--anonymous-auth"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&["--anonymous-auth"]).start().await;
     // Without a certificate to offer, the handshake still completes: requested, never required.
     let nobody = h.anonymous();
     assert_eq!(nobody.get("/echo").await.status, StatusCode::OK);

@@ -5,9 +5,8 @@ use http::StatusCode;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::support::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, empty, request};
+use crate::support::client::{empty, request};
 use crate::support::harness::{ProxySpec, Upstream};
-use crate::support::pki::CertSpec;
 use crate::support::within;
 
 /// RFC 6455's sample key and the accept value it must produce.
@@ -32,18 +31,11 @@ async fn splice(
     headers: &[(&str, &str)],
     protocol: &str,
 ) -> End {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
+    let h = ProxySpec::always_allow(&[])
         .upstream(upstream)
         .start()
         .await;
-    let cert = h.ca.issue(&CertSpec::client("alice"));
-    let alice = Client::configured(
-        h.ca.cert(),
-        h.addr(),
-        Identity::of(&cert),
-        HTTP1_ONLY,
-        ANY_TLS,
-    );
+    let alice = h.http1_user("alice");
     let mut req = request(method, target)
         .header("connection", "Upgrade")
         .header("upgrade", protocol);
@@ -97,43 +89,34 @@ const WEBSOCKET_HEADERS: &[(&str, &str)] = &[
     ("sec-websocket-protocol", "v5.channel.k8s.io"),
 ];
 
-#[tokio::test]
-async fn websocket_exec_echoes_both_ways() {
-    // Over plain HTTP to the kubelet, the kubelet's close reaches the caller as a clean close.
-    let end = splice(
-        Upstream::Http,
+/// [`splice`] of kubectl's WebSocket exec through a proxy in front of `upstream`.
+async fn websocket_exec(upstream: Upstream) -> End {
+    splice(
+        upstream,
         "GET",
         WEBSOCKET_EXEC,
         WEBSOCKET_HEADERS,
         "websocket",
     )
-    .await;
+    .await
+}
+
+#[tokio::test]
+async fn websocket_exec_echoes_both_ways() {
+    // Over plain HTTP to the kubelet, the kubelet's close reaches the caller as a clean close.
+    let end = websocket_exec(Upstream::Http).await;
     assert_eq!(end, End::Clean);
 }
 
 #[tokio::test]
 async fn websocket_exec_through_an_https_kubelet_ends_when_the_caller_closes() {
     // The splice ends either way (see the ignored test below for how).
-    splice(
-        Upstream::Https,
-        "GET",
-        WEBSOCKET_EXEC,
-        WEBSOCKET_HEADERS,
-        "websocket",
-    )
-    .await;
+    websocket_exec(Upstream::Https).await;
 }
 
 #[tokio::test]
 async fn websocket_exec_through_an_https_kubelet_ends_with_a_clean_close() {
-    let end = splice(
-        Upstream::Https,
-        "GET",
-        WEBSOCKET_EXEC,
-        WEBSOCKET_HEADERS,
-        "websocket",
-    )
-    .await;
+    let end = websocket_exec(Upstream::Https).await;
     assert_eq!(end, End::Clean);
 }
 

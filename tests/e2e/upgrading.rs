@@ -13,22 +13,11 @@ use http::StatusCode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
-
-use crate::support::client::{
-    ANY_TLS, Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Identity, Reply, empty, request,
-};
+use crate::support::client::{Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Reply, empty, request};
 use crate::support::metrics::total;
-use crate::support::pki::{Authority, CertSpec};
-use crate::support::process::{BINARY, ProxyProcess, proxy_config, run};
+use crate::support::process::{BINARY, Deployment, ProcessSpec, ProxyProcess, run};
 use crate::support::streams::{EXEC_PROTOCOL, ExecSession};
 use crate::support::{TempDir, eventually, within};
-
-/// A client for `name` from `ca` speaking `alpn`, trusting `ca` for the proxy.
-fn client(ca: &Authority, addr: SocketAddr, name: &str, alpn: &[&[u8]]) -> Client {
-    let cert = ca.issue(&CertSpec::client(name));
-    Client::configured(ca.cert(), addr, Identity::of(&cert), alpn, ANY_TLS)
-}
 
 /// What one client got: answers with 200, and every failure with its cause.
 #[derive(Default)]
@@ -110,6 +99,62 @@ impl Caller {
     }
 }
 
+/// The two clients of every replacement, stopped together: `fresh` (a new connection for each
+/// request, h2 or HTTP/1.1) and `kept` (one keep-alive HTTP/1.1 connection).
+struct Traffic {
+    stop: watch::Sender<bool>,
+    fresh: Caller,
+    kept: Caller,
+}
+
+impl Traffic {
+    fn start(site: &Deployment, addr: SocketAddr) -> Traffic {
+        let (stop, stopped) = watch::channel(false);
+        let fresh = Caller::start(
+            site.client(addr, "fresh", H2_AND_HTTP1),
+            true,
+            stopped.clone(),
+        );
+        let kept = Caller::start(site.client(addr, "kept", HTTP1_ONLY), false, stopped);
+        Traffic { stop, fresh, kept }
+    }
+
+    /// Another caller of `client`, stopped with these.
+    fn also(&self, client: Client, fresh: bool) -> Caller {
+        Caller::start(client, fresh, self.stop.subscribe())
+    }
+
+    /// Waits until `fresh` more requests on new connections, and `kept` more on the kept one,
+    /// were answered.
+    async fn goes_on(&self, fresh: u64, kept: u64) {
+        let (fresh_before, kept_before) = (self.fresh.ok(), self.kept.ok());
+        self.fresh.answered(fresh_before, fresh).await;
+        self.kept.answered(kept_before, kept).await;
+    }
+
+    /// Stops every caller; hands back `fresh` and `kept`, for their counts and failures.
+    fn stop(self) -> [Caller; 2] {
+        self.stop.send_replace(true);
+        [self.fresh, self.kept]
+    }
+}
+
+/// Waits for stopped `callers` to end, asserts that none of their requests failed, and returns
+/// how many were answered.
+async fn none_failed(callers: impl IntoIterator<Item = Caller>) -> u64 {
+    let mut served = 0;
+    let mut failures = Vec::new();
+    for caller in callers {
+        served += caller.ok();
+        failures.extend(caller.failures().await);
+    }
+    assert!(
+        failures.is_empty(),
+        "{served} answered, failed: {failures:?}"
+    );
+    served
+}
+
 /// A link to the binary under test in `dir`, the path the proxy is started from: pointing it
 /// elsewhere stands for an upgraded (or broken) file.
 fn installed(dir: &TempDir) -> PathBuf {
@@ -178,78 +223,44 @@ impl Drop for Adopted {
 
 #[tokio::test]
 async fn a_second_proxy_serves_beside_a_running_one_and_alone_once_it_stops() {
-    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
-        .await
-        .unwrap();
-    let dir = TempDir::new("surge");
-    let ca = Authority::root("surge CA");
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        "shutdownGracePeriod: 5s\n",
-    );
+    let site = ProcessSpec::new("surge")
+        .config("shutdownGracePeriod: 5s\n")
+        .prepare()
+        .await;
+    let dir = &site.dir;
     let (old_socket, new_socket) = (dir.path().join("old.sock"), dir.path().join("new.sock"));
-    let mut old = ProxyProcess::start(
-        &dir,
-        "old",
-        &[
-            "--config".to_owned(),
-            config.clone(),
-            format!("--admin-socket={}", old_socket.display()),
-        ],
-        &[],
-    )
-    .await;
+    let mut old = site
+        .start("old", &[format!("--admin-socket={}", old_socket.display())])
+        .await;
     let (addr, admin) = (old.addr(), old.admin_addr());
-    let (stop, stopped) = watch::channel(false);
-    let fresh = Caller::start(
-        client(&ca, addr, "fresh", H2_AND_HTTP1),
-        true,
-        stopped.clone(),
-    );
-    let kept = Caller::start(client(&ca, addr, "kept", HTTP1_ONLY), false, stopped);
-    fresh.answered(0, 5).await;
+    let traffic = Traffic::start(&site, addr);
+    traffic.goes_on(5, 0).await;
 
     // The new pod's process, on the very same addresses.
-    let new = ProxyProcess::start(
-        &dir,
-        "new",
-        &[
-            "--config".to_owned(),
-            config,
-            format!("--listen-address={addr}"),
-            format!("--admin-listen-address={admin}"),
-            format!("--admin-socket={}", new_socket.display()),
-        ],
-        &[],
-    )
-    .await;
+    let new = site
+        .start(
+            "new",
+            &[
+                format!("--listen-address={addr}"),
+                format!("--admin-listen-address={admin}"),
+                format!("--admin-socket={}", new_socket.display()),
+            ],
+        )
+        .await;
     assert_eq!(new.addr(), addr);
     // Its readiness is its own, through its socket.
-    let (ready, said) = admin_probe(&dir, &new_socket, "/readyz").await;
+    let (ready, said) = admin_probe(dir, &new_socket, "/readyz").await;
     assert!(ready, "{said}");
-    let (before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(before, 20).await;
-    kept.answered(kept_before, 5).await;
+    traffic.goes_on(20, 5).await;
 
     // The rollout stops the old pod once the new one is ready.
     old.terminate();
     assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
-    let (before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(before, 20).await;
-    kept.answered(kept_before, 5).await;
-    stop.send_replace(true);
-    let served = fresh.ok() + kept.ok();
-    let failures = [fresh.failures().await, kept.failures().await].concat();
-    assert!(
-        failures.is_empty(),
-        "{} answered, failed: {failures:?}",
-        served
-    );
+    traffic.goes_on(20, 5).await;
+    let served = none_failed(traffic.stop()).await;
 
     // Everything since the old one left was the new one's, which counts it.
-    let (_, metrics) = admin_probe(&dir, &new_socket, "/metrics").await;
+    let (_, metrics) = admin_probe(dir, &new_socket, "/metrics").await;
     assert!(
         total(
             &metrics,
@@ -263,38 +274,19 @@ async fn a_second_proxy_serves_beside_a_running_one_and_alone_once_it_stops() {
 
 #[tokio::test]
 async fn sigusr2_hands_over_to_a_new_process_while_sessions_finish_on_the_old() {
-    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
-        .await
-        .unwrap();
-    let dir = TempDir::new("handover");
-    let ca = Authority::root("handover CA");
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        "shutdownGracePeriod: 30s\n",
-    );
-    let binary = installed(&dir);
-    let mut old =
-        ProxyProcess::start_from(&binary, &dir, "proxy", &["--config".to_owned(), config]).await;
+    let site = ProcessSpec::new("handover")
+        .config("shutdownGracePeriod: 30s\n")
+        .prepare()
+        .await;
+    let binary = installed(&site.dir);
+    let mut old = site.start_from(&binary, "proxy", &[]).await;
     let addr = old.addr();
     let mut session =
-        ExecSession::open(&client(&ca, addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
+        ExecSession::open(&site.client(addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
     session.echo(b"before the upgrade").await;
-    let (stop, stopped) = watch::channel(false);
-    let fresh = Caller::start(
-        client(&ca, addr, "fresh", H2_AND_HTTP1),
-        true,
-        stopped.clone(),
-    );
-    let kept = Caller::start(
-        client(&ca, addr, "kept", HTTP1_ONLY),
-        false,
-        stopped.clone(),
-    );
-    let kept_h2 = Caller::start(client(&ca, addr, "kept-h2", H2_AND_HTTP1), false, stopped);
-    fresh.answered(0, 5).await;
-    kept.answered(0, 5).await;
+    let traffic = Traffic::start(&site, addr);
+    let kept_h2 = traffic.also(site.client(addr, "kept-h2", H2_AND_HTTP1), false);
+    traffic.goes_on(5, 5).await;
     kept_h2.answered(0, 5).await;
 
     old.signal("USR2");
@@ -306,31 +298,16 @@ async fn sigusr2_hands_over_to_a_new_process_while_sessions_finish_on_the_old() 
     );
     assert_ne!(successor.0.as_raw_nonzero().get() as u32, old.pid());
     // The session stays on the old process, which drains around it; new requests go on.
-    let (before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(before, 20).await;
-    kept.answered(kept_before, 5).await;
+    traffic.goes_on(20, 5).await;
     session.echo(b"during the handover").await;
     // The session ends on its own, and the old process with it.
     session.close().await;
     assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
     assert!(successor.alive());
-    let (before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(before, 20).await;
-    kept.answered(kept_before, 5).await;
+    traffic.goes_on(20, 5).await;
     kept_h2.answered(kept_h2.ok(), 5).await;
-    stop.send_replace(true);
-    let served = fresh.ok() + kept.ok() + kept_h2.ok();
-    let failures = [
-        fresh.failures().await,
-        kept.failures().await,
-        kept_h2.failures().await,
-    ]
-    .concat();
-    assert!(
-        failures.is_empty(),
-        "{} answered, failed: {failures:?}",
-        served
-    );
+    let [fresh, kept] = traffic.stop();
+    let served = none_failed([fresh, kept, kept_h2]).await;
     println!(
         "SIGUSR2: {served} requests answered across the handover, 0 failed, the session ran to its end"
     );
@@ -338,33 +315,20 @@ async fn sigusr2_hands_over_to_a_new_process_while_sessions_finish_on_the_old() 
 
 #[tokio::test]
 async fn a_new_binary_that_fails_leaves_the_old_one_serving_and_is_counted() {
-    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
-        .await
-        .unwrap();
-    let dir = TempDir::new("bad-upgrade");
-    let ca = Authority::root("bad upgrade CA");
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        "",
-    );
+    let site = ProcessSpec::new("bad-upgrade").prepare().await;
+    let dir = &site.dir;
     let socket = dir.path().join("admin.sock");
-    let binary = installed(&dir);
-    let mut proxy = ProxyProcess::start_from(
-        &binary,
-        &dir,
-        "proxy",
-        &[
-            "--config".to_owned(),
-            config.clone(),
-            format!("--admin-socket={}", socket.display()),
-        ],
-    )
-    .await;
-    let alice = client(&ca, proxy.addr(), "alice", H2_AND_HTTP1);
+    let binary = installed(dir);
+    let mut proxy = site
+        .start_from(
+            &binary,
+            "proxy",
+            &[format!("--admin-socket={}", socket.display())],
+        )
+        .await;
+    let alice = site.client(proxy.addr(), "alice", H2_AND_HTTP1);
     let failures = |cause: &'static str| {
-        let (dir, socket) = (&dir, &socket);
+        let socket = &socket;
         async move {
             let (_, metrics) = admin_probe(dir, socket, "/metrics").await;
             total(
@@ -402,15 +366,15 @@ async fn a_new_binary_that_fails_leaves_the_old_one_serving_and_is_counted() {
     })
     .await;
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
-    let (ready, said) = admin_probe(&dir, &socket, "/readyz").await;
+    let (ready, said) = admin_probe(dir, &socket, "/readyz").await;
     assert!(ready, "{said}");
 
     // The real binary again, with a configuration that fails only once it has taken the admin
     // socket's path over (an address not on this host): the old process takes the path back.
     replace(&binary, Path::new(BINARY));
-    let config_text = std::fs::read_to_string(&config).unwrap();
+    let config_text = std::fs::read_to_string(&site.config).unwrap();
     std::fs::write(
-        &config,
+        &site.config,
         config_text.replace(
             "listenAddress: 127.0.0.1:0",
             "listenAddress: [\"127.0.0.1:0\", \"192.0.2.1:10250\"]",
@@ -422,7 +386,7 @@ async fn a_new_binary_that_fails_leaves_the_old_one_serving_and_is_counted() {
         (failures("exited").await == 2.0).then_some(())
     })
     .await;
-    let (ready, said) = admin_probe(&dir, &socket, "/readyz").await;
+    let (ready, said) = admin_probe(dir, &socket, "/readyz").await;
     assert!(ready, "the old process answers on its socket again: {said}");
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
 
@@ -461,42 +425,21 @@ fn classify(failures: &[String]) -> (usize, usize, usize) {
 
 /// One row of the issue's table: the three clients through one replacement.
 async fn restart_row(how: Replacement) -> String {
-    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
-        .await
-        .unwrap();
-    let dir = TempDir::new("restart-table");
-    let ca = Authority::root("restart table CA");
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        "shutdownGracePeriod: 30s\n",
-    );
-    let binary = installed(&dir);
-    let mut old = ProxyProcess::start_from(
-        &binary,
-        &dir,
-        "old",
-        &["--config".to_owned(), config.clone()],
-    )
-    .await;
+    let site = ProcessSpec::new("restart-table")
+        .config("shutdownGracePeriod: 30s\n")
+        .prepare()
+        .await;
+    let binary = installed(&site.dir);
+    let mut old = site.start_from(&binary, "old", &[]).await;
     let (addr, admin) = (old.addr(), old.admin_addr());
     let again = [
-        "--config".to_owned(),
-        config,
         format!("--listen-address={addr}"),
         format!("--admin-listen-address={admin}"),
     ];
-    let (stop, stopped) = watch::channel(false);
-    let fresh = Caller::start(
-        client(&ca, addr, "fresh", H2_AND_HTTP1),
-        true,
-        stopped.clone(),
-    );
-    let kept = Caller::start(client(&ca, addr, "kept", HTTP1_ONLY), false, stopped);
+    let traffic = Traffic::start(&site, addr);
     let mut session =
-        ExecSession::open(&client(&ca, addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
-    fresh.answered(0, 10).await;
+        ExecSession::open(&site.client(addr, "alice", HTTP1_ONLY), EXEC_PROTOCOL).await;
+    traffic.goes_on(10, 0).await;
     let began = std::time::Instant::now();
     // The exec session echoes a line every 200 ms and is closed by its client 6 s in.
     let exec = tokio::spawn(async move {
@@ -515,10 +458,10 @@ async fn restart_row(how: Replacement) -> String {
         Replacement::Restart => {
             old.terminate();
             old.wait().await;
-            new = Some(ProxyProcess::start(&dir, "new", &again, &[]).await);
+            new = Some(site.start("new", &again).await);
         }
         Replacement::Surge => {
-            new = Some(ProxyProcess::start(&dir, "new", &again, &[]).await);
+            new = Some(site.start("new", &again).await);
             old.terminate();
         }
         Replacement::Handover => {
@@ -533,10 +476,8 @@ async fn restart_row(how: Replacement) -> String {
         Err(_) => format!("cut at +{:.1} s", began.elapsed().as_secs_f64()),
     };
     old.wait().await;
-    let (fresh_before, kept_before) = (fresh.ok(), kept.ok());
-    fresh.answered(fresh_before, 25).await;
-    kept.answered(kept_before, 25).await;
-    stop.send_replace(true);
+    traffic.goes_on(25, 25).await;
+    let [fresh, kept] = traffic.stop();
     let (fresh_ok, kept_ok) = (fresh.ok(), kept.ok());
     let (fresh_refused, fresh_reset, fresh_failed) = classify(&fresh.failures().await);
     let (kept_refused, kept_reset, kept_failed) = classify(&kept.failures().await);
@@ -578,17 +519,7 @@ async fn a_socket_passed_by_systemd_is_taken_and_served() {
         println!("{SOCKET_ACTIVATE} is not installed (apt-get install systemd): not run");
         return;
     }
-    let kubelet = within("starting the stand-in kubelet", StandInKubelet::start(None))
-        .await
-        .unwrap();
-    let dir = TempDir::new("socket-activation");
-    let ca = Authority::root("socket activation CA");
-    let config = proxy_config(
-        &dir,
-        &ca,
-        &format!("http://{}", kubelet.addr().unwrap()),
-        "",
-    );
+    let site = ProcessSpec::new("socket-activation").prepare().await;
     // A free port for the tool to bind, as a socket unit's ListenStream= would.
     let addr = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -601,11 +532,11 @@ async fn a_socket_passed_by_systemd_is_taken_and_served() {
         format!("--listen={addr}"),
         "--fdname=kubelet-api".to_owned(),
         BINARY.to_owned(),
-        "--config".to_owned(),
-        config,
-        format!("--listen-address={addr}"),
-    ];
-    let alice = client(&ca, addr, "alice", H2_AND_HTTP1);
+    ]
+    .into_iter()
+    .chain(site.command_line(&[format!("--listen-address={addr}")]))
+    .collect::<Vec<_>>();
+    let alice = site.client(addr, "alice", H2_AND_HTTP1);
     let first_request = async {
         // Once the tool listens: this connection starts the proxy.
         let _first = eventually("the tool listens", || async {
@@ -615,7 +546,7 @@ async fn a_socket_passed_by_systemd_is_taken_and_served() {
         alice.get("/pods").await
     };
     let (proxy, reply) = tokio::join!(
-        ProxyProcess::start_from(Path::new(SOCKET_ACTIVATE), &dir, "activated", &args),
+        ProxyProcess::start_from(Path::new(SOCKET_ACTIVATE), &site.dir, "activated", &args),
         first_request
     );
     assert_eq!(reply.status, StatusCode::OK);

@@ -18,8 +18,7 @@ const PER_USER: usize = 4;
 const TOTAL: usize = 8;
 
 async fn proxy() -> Harness {
-    ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
+    ProxySpec::always_allow(&[
         "--upstream-max-requests-inflight=8",
         "--upstream-max-requests-inflight-per-user=4",
         "--upstream-connect-timeout=1s",

@@ -3,67 +3,41 @@
 //! default level with a hint naming the flag, and counted by cause. Real TLS on loopback against
 //! the stand-in kubelet, the binary run as operators run it.
 
-use std::sync::Arc;
-
 use http::StatusCode;
-use rustls::server::WebPkiClientVerifier;
-use rustls::{RootCertStore, ServerConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
-use crate::support::client::{Client, Identity, plain_get};
-use crate::support::harness::NODE_NAME;
+use crate::support::client::{H2_AND_HTTP1, plain_get};
+use crate::support::harness::{NODE_NAME, kubelet_tls};
 use crate::support::pki::{Authority, CertSpec};
-use crate::support::process::{ProxyProcess, proxy_config};
-use crate::support::{TempDir, eventually, within};
+use crate::support::process::{ProcessSpec, run};
+use crate::support::{eventually, within};
 
-/// The stand-in kubelet's TLS: its serving certificate from `ca` (for 127.0.0.1 and localhost,
-/// or the given `names`), and, with `client_ca`, client certificates required from that CA.
-fn kubelet_tls(
+/// Starts a stand-in kubelet serving HTTPS with a certificate of `ca` for `spec`, and requiring
+/// client certificates of `client_ca` when given; returns it with its `https://` URL.
+async fn https_kubelet(
     ca: &Authority,
-    names: Option<&[&str]>,
+    spec: &CertSpec,
     client_ca: Option<&Authority>,
-) -> Arc<ServerConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_safe_default_protocol_versions()
-        .unwrap();
-    let builder = match client_ca {
-        Some(client_ca) => {
-            let mut roots = RootCertStore::empty();
-            roots.add(client_ca.cert().clone()).unwrap();
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .unwrap();
-            builder.with_client_cert_verifier(verifier)
-        }
-        None => builder.with_no_client_auth(),
-    };
-    let spec = match names {
-        Some(names) => CertSpec::server().names(names),
-        None => CertSpec::server(),
-    };
-    let serving = ca.issue(&spec);
-    Arc::new(
-        builder
-            .with_single_cert(serving.chain.clone(), serving.key())
-            .unwrap(),
+) -> (StandInKubelet, String) {
+    let tls = kubelet_tls(&ca.issue(spec), client_ca);
+    let kubelet = within(
+        "starting the stand-in kubelet",
+        StandInKubelet::start(Some(tls)),
     )
+    .await
+    .unwrap();
+    let url = format!("https://{}", kubelet.addr().unwrap());
+    (kubelet, url)
 }
 
-/// Starts the proxy in front of `upstream` with `extra` configuration, sends one request, and
-/// returns its status, the log and the metrics.
-async fn one_request(label: &str, upstream: &str, extra: impl Fn(&TempDir) -> String) -> Outcome {
-    let dir = TempDir::new(label);
-    let ca = Authority::root("causes CA");
-    let config = proxy_config(&dir, &ca, upstream, &extra(&dir));
-    let proxy = ProxyProcess::start(&dir, "proxy", &["--config".to_owned(), config], &[]).await;
-    let alice = Client::new(
-        ca.cert(),
-        proxy.addr(),
-        Identity::of(&ca.issue(&CertSpec::client("alice"))),
-    );
+/// Starts the binary from `spec`, sends one request, and returns its status, the log and the
+/// metrics.
+async fn one_request(spec: ProcessSpec) -> Outcome {
+    let site = spec.prepare().await;
+    let proxy = site.start("proxy", &[]).await;
+    let alice = site.client(proxy.addr(), "alice", H2_AND_HTTP1);
     let status = alice.get("/pods").await.status;
     let metrics = plain_get(proxy.admin_addr(), "/metrics").await.text();
     let log = eventually("the cause in the log", || {
@@ -77,6 +51,27 @@ async fn one_request(label: &str, upstream: &str, extra: impl Fn(&TempDir) -> St
         log,
         metrics,
     }
+}
+
+/// `spec` trusting `kubelet_ca` for the kubelet and presenting a client certificate of
+/// `client_ca` (`proxy-client.crt` and `.key`) to it.
+fn with_upstream_client(
+    spec: ProcessSpec,
+    kubelet_ca: &Authority,
+    client_ca: &Authority,
+) -> ProcessSpec {
+    let client = client_ca.issue(&CertSpec::client("proxy"));
+    spec.config_file("upstreamCaFile", "upstream-ca.crt", kubelet_ca.pem())
+        .config_file(
+            "upstreamClientCertFile",
+            "proxy-client.crt",
+            client.chain_pem(),
+        )
+        .config_file(
+            "upstreamClientKeyFile",
+            "proxy-client.key",
+            client.key_pem(),
+        )
 }
 
 struct Outcome {
@@ -108,18 +103,13 @@ impl Outcome {
 async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
     let kubelet_ca = Authority::root("kubelet CA");
     let other_ca = Authority::root("other CA");
-    let kubelet = within(
-        "starting the stand-in kubelet",
-        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None, None))),
-    )
-    .await
-    .unwrap();
-    let https = format!("https://{}", kubelet.addr().unwrap());
+    let (_kubelet, https) = https_kubelet(&kubelet_ca, &CertSpec::server(), None).await;
 
-    let outcome = one_request("unknown-ca", &https, |dir| {
-        let ca = dir.write("upstream-ca.crt", other_ca.pem());
-        format!("upstreamCaFile: {}\n", ca.display())
-    })
+    let outcome = one_request(ProcessSpec::new("unknown-ca").upstream(&https).config_file(
+        "upstreamCaFile",
+        "upstream-ca.crt",
+        other_ca.pem(),
+    ))
     .await;
     outcome.assert_cause(
         "unknown_ca",
@@ -130,13 +120,12 @@ async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
         ],
     );
 
-    let outcome = one_request("name-mismatch", &https, |dir| {
-        let ca = dir.write("upstream-ca.crt", kubelet_ca.pem());
-        format!(
-            "upstreamCaFile: {}\nupstreamServerName: kubelet.example\n",
-            ca.display()
-        )
-    })
+    let outcome = one_request(
+        ProcessSpec::new("name-mismatch")
+            .upstream(&https)
+            .config_file("upstreamCaFile", "upstream-ca.crt", kubelet_ca.pem())
+            .config("upstreamServerName: kubelet.example\n"),
+    )
     .await;
     outcome.assert_cause(
         "name_mismatch",
@@ -148,25 +137,13 @@ async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
         ],
     );
 
-    let strict = within(
-        "starting the stand-in kubelet",
-        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None, Some(&kubelet_ca)))),
-    )
-    .await
-    .unwrap();
-    let strict_https = format!("https://{}", strict.addr().unwrap());
-    let outcome = one_request("client-rejected", &strict_https, |dir| {
-        let ca = dir.write("upstream-ca.crt", kubelet_ca.pem());
-        let client = other_ca.issue(&CertSpec::client("proxy"));
-        let cert = dir.write("proxy-client.crt", client.chain_pem());
-        let key = dir.write("proxy-client.key", client.key_pem());
-        format!(
-            "upstreamCaFile: {}\nupstreamClientCertFile: {}\nupstreamClientKeyFile: {}\n",
-            ca.display(),
-            cert.display(),
-            key.display()
-        )
-    })
+    let (_strict, strict_https) =
+        https_kubelet(&kubelet_ca, &CertSpec::server(), Some(&kubelet_ca)).await;
+    let outcome = one_request(with_upstream_client(
+        ProcessSpec::new("client-rejected").upstream(&strict_https),
+        &kubelet_ca,
+        &other_ca,
+    ))
     .await;
     outcome.assert_cause(
         "client_certificate_rejected",
@@ -176,7 +153,7 @@ async fn each_upstream_failure_is_logged_with_its_cause_and_a_hint() {
         ],
     );
 
-    let outcome = one_request("refused", "http://127.0.0.1:1", |_| String::new()).await;
+    let outcome = one_request(ProcessSpec::new("refused").upstream("http://127.0.0.1:1")).await;
     outcome.assert_cause("connection_refused", &["connection refused", "--upstream"]);
 }
 
@@ -210,7 +187,7 @@ async fn a_response_head_over_64_kib_is_named() {
             });
         }
     });
-    let outcome = one_request("head-too-large", &upstream, |_| String::new()).await;
+    let outcome = one_request(ProcessSpec::new("head-too-large").upstream(&upstream)).await;
     outcome.assert_cause(
         "protocol",
         &[
@@ -224,24 +201,15 @@ async fn a_response_head_over_64_kib_is_named() {
 async fn a_loopback_kubelet_certified_for_the_node_name_needs_no_server_name() {
     let kubelet_ca = Authority::root("node name CA");
     for (names, node_name) in [(&["other-node"][..], false), (&[NODE_NAME][..], true)] {
-        let kubelet = within(
-            "starting the stand-in kubelet",
-            StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, Some(names), None))),
-        )
-        .await
-        .unwrap();
-        let upstream = format!("https://{}", kubelet.addr().unwrap());
-        let dir = TempDir::new("node-name");
-        let ca = Authority::root("proxy CA");
-        let upstream_ca = dir.write("upstream-ca.crt", kubelet_ca.pem());
-        let extra = format!("upstreamCaFile: {}\n", upstream_ca.display());
-        let config = proxy_config(&dir, &ca, &upstream, &extra);
-        let proxy = ProxyProcess::start(&dir, "proxy", &["--config".to_owned(), config], &[]).await;
-        let alice = Client::new(
-            ca.cert(),
-            proxy.addr(),
-            Identity::of(&ca.issue(&CertSpec::client("alice"))),
-        );
+        let (_kubelet, upstream) =
+            https_kubelet(&kubelet_ca, &CertSpec::server().names(names), None).await;
+        let site = ProcessSpec::new("node-name")
+            .upstream(&upstream)
+            .config_file("upstreamCaFile", "upstream-ca.crt", kubelet_ca.pem())
+            .prepare()
+            .await;
+        let proxy = site.start("proxy", &[]).await;
+        let alice = site.client(proxy.addr(), "alice", H2_AND_HTTP1);
         let status = alice.get("/pods").await.status;
         if node_name {
             assert_eq!(status, StatusCode::OK, "{}", proxy.stderr());
@@ -264,13 +232,7 @@ async fn a_loopback_kubelet_certified_for_the_node_name_needs_no_server_name() {
 async fn check_config_probe_reaches_the_kubelet_or_names_the_cause() {
     let kubelet_ca = Authority::root("probe kubelet CA");
     let other_ca = Authority::root("probe other CA");
-    let kubelet = within(
-        "starting the stand-in kubelet",
-        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None, None))),
-    )
-    .await
-    .unwrap();
-    let https = format!("https://{}", kubelet.addr().unwrap());
+    let (_kubelet, https) = https_kubelet(&kubelet_ca, &CertSpec::server(), None).await;
     for (label, ca, status, words) in [
         (
             "good",
@@ -280,20 +242,16 @@ async fn check_config_probe_reaches_the_kubelet_or_names_the_cause() {
         ),
         ("unknown-ca", &other_ca, 2, "--upstream: probe: unknown CA"),
     ] {
-        let dir = TempDir::new(&format!("probe-{label}"));
-        let proxy_ca = Authority::root("probe proxy CA");
-        let upstream_ca = dir.write("upstream-ca.crt", ca.pem());
-        let extra = format!("upstreamCaFile: {}\n", upstream_ca.display());
-        let config = proxy_config(&dir, &proxy_ca, &https, &extra);
-        let done = crate::support::process::run(
-            &dir,
+        let site = ProcessSpec::new(&format!("probe-{label}"))
+            .upstream(&https)
+            .config_file("upstreamCaFile", "upstream-ca.crt", ca.pem())
+            .prepare()
+            .await;
+        let check = ["check-config".to_owned(), "--probe".to_owned()];
+        let done = run(
+            &site.dir,
             "probe",
-            &[
-                "check-config".to_owned(),
-                "--probe".to_owned(),
-                "--config".to_owned(),
-                config,
-            ],
+            &[&check[..], &site.command_line(&[])].concat(),
         )
         .await;
         assert_eq!(done.status.code(), Some(status), "{label}: {}", done.stderr);
@@ -309,31 +267,21 @@ async fn check_config_probe_reaches_the_kubelet_or_names_the_cause() {
 async fn a_replaced_upstream_client_certificate_is_used_for_new_kubelet_connections() {
     let kubelet_ca = Authority::root("kubelet CA");
     let other_ca = Authority::root("some other CA");
-    let kubelet = within(
-        "starting the stand-in kubelet",
-        StandInKubelet::start(Some(kubelet_tls(&kubelet_ca, None, Some(&kubelet_ca)))),
+    let (_kubelet, upstream) =
+        https_kubelet(&kubelet_ca, &CertSpec::server(), Some(&kubelet_ca)).await;
+    let site = with_upstream_client(
+        ProcessSpec::new("upstream-client-reload").upstream(&upstream),
+        &kubelet_ca,
+        &other_ca,
     )
-    .await
-    .unwrap();
-    let dir = TempDir::new("upstream-client-reload");
-    let ca = Authority::root("reload CA");
-    let wrong = other_ca.issue(&CertSpec::client("proxy"));
-    let cert = dir.write("proxy-client.crt", wrong.chain_pem());
-    let key = dir.write("proxy-client.key", wrong.key_pem());
-    let extra = format!(
-        "upstreamCaFile: {}\nupstreamClientCertFile: {}\nupstreamClientKeyFile: {}\n",
-        dir.write("upstream-ca.crt", kubelet_ca.pem()).display(),
-        cert.display(),
-        key.display()
+    .prepare()
+    .await;
+    let (cert, key) = (
+        site.dir.path().join("proxy-client.crt"),
+        site.dir.path().join("proxy-client.key"),
     );
-    let upstream = format!("https://{}", kubelet.addr().unwrap());
-    let config = proxy_config(&dir, &ca, &upstream, &extra);
-    let proxy = ProxyProcess::start(&dir, "proxy", &["--config".to_owned(), config], &[]).await;
-    let alice = Client::new(
-        ca.cert(),
-        proxy.addr(),
-        Identity::of(&ca.issue(&CertSpec::client("alice"))),
-    );
+    let proxy = site.start("proxy", &[]).await;
+    let alice = site.client(proxy.addr(), "alice", H2_AND_HTTP1);
     assert_eq!(alice.get("/pods").await.status, StatusCode::BAD_GATEWAY);
 
     // The key first, then the certificate, each renamed into place.

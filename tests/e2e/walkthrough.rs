@@ -21,9 +21,7 @@ use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 use crate::manifests::{environment_file, file, read, unit_settings};
 use crate::support::TempDir;
 use crate::support::apiserver::{ApiServer, TokenUser};
-use crate::support::client::{
-    ANY_TLS, Client, HTTP1_ONLY, Identity, Reply, empty, plain_get, request,
-};
+use crate::support::client::{Client, Identity, Reply, plain_get};
 use crate::support::pki::{Authority, CertSpec, Issued};
 use crate::support::process::{ProxyProcess, run};
 use crate::support::streams::{EXEC_PROTOCOL, ExecSession};
@@ -228,12 +226,7 @@ async fn a_kubeadm_node_goes_behind_the_proxy_with_the_shipped_files() {
     let kubelet_ca_cert = kubelet_ca.cert();
     let prometheus = Client::new(kubelet_ca_cert, proxy.addr(), Identity::None).for_name(NODE);
     let scrape: Reply = prometheus
-        .send(
-            request("GET", "/metrics/cadvisor")
-                .header("authorization", "Bearer prometheus-token")
-                .body(empty())
-                .unwrap(),
-        )
+        .get_with_token("/metrics/cadvisor", "prometheus-token")
         .await;
     assert_eq!(scrape.status, StatusCode::OK, "{}", scrape.text());
 
@@ -241,12 +234,10 @@ async fn a_kubeadm_node_goes_behind_the_proxy_with_the_shipped_files() {
     let apiserver_client = api
         .ca()
         .issue(&CertSpec::client("kube-apiserver-kubelet-client").org("kubeadm:cluster-admins"));
-    let kubectl = Client::configured(
+    let kubectl = Client::http1(
         kubelet_ca_cert,
         proxy.addr(),
         Identity::of(&apiserver_client),
-        HTTP1_ONLY,
-        ANY_TLS,
     )
     .for_name(NODE);
     let mut session = ExecSession::open(&kubectl, EXEC_PROTOCOL).await;

@@ -4,8 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use http::StatusCode;
-
+use crate::support::answers::assert_unauthorized;
 use crate::support::client::{ForwardedIdentity, Identity, Reply, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::pki::{
@@ -18,13 +17,9 @@ const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 /// The setting of the x509 cases in `docs/COMPATIBILITY.md`: client CA = the test root, anonymous
 /// on.
 async fn proxy() -> Harness {
-    ProxySpec::new(&[
-        "--authorization-mode=AlwaysAllow",
-        "--anonymous-auth",
-        "--forward-identity-headers",
-    ])
-    .start()
-    .await
+    ProxySpec::always_allow(&["--anonymous-auth", "--forward-identity-headers"])
+        .start()
+        .await
 }
 
 async fn call(h: &Harness, identity: Identity) -> Reply {
@@ -33,17 +28,11 @@ async fn call(h: &Harness, identity: Identity) -> Reply {
 
 fn identity(name: &str, uid: &str, groups: &[&str], leaf: &[u8]) -> ForwardedIdentity {
     ForwardedIdentity {
-        user: vec![name.to_owned()],
-        uid: if uid.is_empty() {
-            vec![]
-        } else {
-            vec![uid.to_owned()]
-        },
-        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
         extra: BTreeMap::from([(
             CREDENTIAL_ID.to_owned(),
             vec![format!("X509SHA256={}", sha256_hex(leaf))],
         )]),
+        ..ForwardedIdentity::new(name, uid, groups)
     }
 }
 
@@ -54,16 +43,6 @@ fn anonymous_identity() -> ForwardedIdentity {
         groups: vec!["system:unauthenticated".to_owned()],
         extra: BTreeMap::new(),
     }
-}
-
-fn assert_unauthorized(reply: &Reply, what: &str) {
-    assert_eq!(
-        reply.status,
-        StatusCode::UNAUTHORIZED,
-        "{what}: {}",
-        reply.text()
-    );
-    assert_eq!(reply.text(), "Unauthorized", "{what}");
 }
 
 #[tokio::test]
@@ -291,9 +270,7 @@ async fn valid_certificate_with_wrong_private_key_never_authenticates() {
 
 #[tokio::test]
 async fn anonymous_off_is_401_without_certificate() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let reply = h.anonymous().get("/echo").await;
     assert_unauthorized(&reply, "no certificate, anonymous off (default)");
 }
@@ -308,9 +285,7 @@ async fn anonymous_on_is_system_anonymous_never_authenticated() {
 
 #[tokio::test]
 async fn identity_headers_only_with_the_flag() {
-    let h = ProxySpec::new(&["--authorization-mode=AlwaysAllow"])
-        .start()
-        .await;
+    let h = ProxySpec::always_allow(&[]).start().await;
     let echo = h.user("alice", &["ops"]).get("/echo").await.echo();
     let names = echo.header_names();
     assert!(

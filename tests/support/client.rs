@@ -71,6 +71,20 @@ pub fn request(method: &str, target: &str) -> http::request::Builder {
     Request::builder().method(method).uri(target)
 }
 
+/// `GET target` with `Authorization: <value>`: a credential other than a certificate, or
+/// something that only looks like one.
+pub fn authorized(target: &str, value: &str) -> Request<Body> {
+    request("GET", target)
+        .header("authorization", value)
+        .body(empty())
+        .unwrap()
+}
+
+/// `GET target` with `Authorization: Bearer <token>`, as kubectl and Prometheus present a token.
+pub fn bearer(target: &str, token: &str) -> Request<Body> {
+    authorized(target, &format!("Bearer {token}"))
+}
+
 /// The client certificate a client presents.
 pub enum Identity {
     /// None, even when asked.
@@ -171,6 +185,12 @@ impl Client {
     /// Offers h2 and http/1.1, TLS 1.2 and 1.3.
     pub fn new(root: &CertificateDer<'static>, addr: SocketAddr, identity: Identity) -> Client {
         Client::configured(root, addr, identity, H2_AND_HTTP1, ANY_TLS)
+    }
+
+    /// Offers only HTTP/1.1, TLS 1.2 and 1.3: the protocol of exec, attach and portForward
+    /// upgrades, and the only one where connection-specific headers can be sent at all.
+    pub fn http1(root: &CertificateDer<'static>, addr: SocketAddr, identity: Identity) -> Client {
+        Client::configured(root, addr, identity, HTTP1_ONLY, ANY_TLS)
     }
 
     /// Offers the given ALPN protocols and TLS versions.
@@ -286,6 +306,11 @@ impl Client {
     pub async fn get(&self, target: &str) -> Reply {
         self.send(request("GET", target).body(empty()).unwrap())
             .await
+    }
+
+    /// `GET target` with `token` as a bearer token (see [`bearer`]).
+    pub async fn get_with_token(&self, target: &str, token: &str) -> Reply {
+        self.send(bearer(target, token)).await
     }
 }
 
@@ -477,6 +502,23 @@ pub struct ForwardedIdentity {
     pub groups: Vec<String>,
     /// `X-Remote-Extra-<key>` values by decoded key.
     pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl ForwardedIdentity {
+    /// What the proxy forwards for `name` with `uid` (no header when empty) in `groups`, extras
+    /// to be added: the expected side of a scenario's comparison, written once.
+    pub fn new(name: &str, uid: &str, groups: &[&str]) -> ForwardedIdentity {
+        ForwardedIdentity {
+            user: vec![name.to_owned()],
+            uid: [uid]
+                .into_iter()
+                .filter(|u| !u.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+            extra: BTreeMap::new(),
+        }
+    }
 }
 
 fn percent_decode(s: &str) -> String {

@@ -13,6 +13,7 @@ use kubelet_auth_proxy::{RunningProxy, Settings, assemble};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConfig};
 
+use super::apiserver::{ApiServer, Flavour};
 use super::client::{ANY_TLS, Client, HTTP1_ONLY, Identity, Reply, plain_get};
 use super::metrics;
 use super::pki::{Authority, CertSpec, Issued};
@@ -82,6 +83,14 @@ impl ProxySpec {
         }
     }
 
+    /// [`ProxySpec::new`] with `--authorization-mode=AlwaysAllow` first: the set-up of every
+    /// scenario about something other than who may do what.
+    pub fn always_allow(args: &[&str]) -> ProxySpec {
+        let mut spec = ProxySpec::new(&["--authorization-mode=AlwaysAllow"]);
+        spec.args.extend(args.iter().map(|a| (*a).to_owned()));
+        spec
+    }
+
     /// Reaches the stand-in kubelet this way.
     pub fn upstream(mut self, upstream: Upstream) -> ProxySpec {
         self.upstream = upstream;
@@ -118,6 +127,12 @@ impl ProxySpec {
     pub fn kubeconfig(mut self, path: &Path) -> ProxySpec {
         self.kubeconfig = Some(path.to_owned());
         self
+    }
+
+    /// Sends TokenReviews and SubjectAccessReviews to `api`: its kubeconfig (client-certificate
+    /// flavour, the usual one) as `--kubeconfig`.
+    pub fn apiserver(self, api: &ApiServer) -> ProxySpec {
+        self.kubeconfig(&api.kubeconfig(Flavour::ClientCertificate))
     }
 
     /// Starts the stand-in kubelet and the proxy.
@@ -234,9 +249,9 @@ async fn start_kubelet(
 ) -> StandInKubelet {
     let started = async {
         match upstream {
-            Upstream::Https => StandInKubelet::start(Some(kubelet_tls(ca, serving, false))).await,
+            Upstream::Https => StandInKubelet::start(Some(kubelet_tls(serving, None))).await,
             Upstream::HttpsRequiringClientCert { .. } => {
-                StandInKubelet::start(Some(kubelet_tls(ca, serving, true))).await
+                StandInKubelet::start(Some(kubelet_tls(serving, Some(ca)))).await
             }
             Upstream::Http => StandInKubelet::start(None).await,
             Upstream::Unix => StandInKubelet::start_unix(socket.to_owned()).await,
@@ -247,20 +262,24 @@ async fn start_kubelet(
         .unwrap()
 }
 
-fn kubelet_tls(ca: &Authority, serving: &Issued, require_client_cert: bool) -> Arc<ServerConfig> {
+/// The stand-in kubelet's TLS: `serving` as its certificate and, with `client_ca`, client
+/// certificates required from that CA (as a kubelet with `clientCAFile` set). One place for it,
+/// so every scenario's kubelet speaks TLS the same way.
+pub fn kubelet_tls(serving: &Issued, client_ca: Option<&Authority>) -> Arc<ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .unwrap();
-    let builder = if require_client_cert {
-        let mut roots = RootCertStore::empty();
-        roots.add(ca.cert().clone()).unwrap();
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .build()
-            .unwrap();
-        builder.with_client_cert_verifier(verifier)
-    } else {
-        builder.with_no_client_auth()
+    let builder = match client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            roots.add(ca.cert().clone()).unwrap();
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
     };
     Arc::new(
         builder
@@ -328,15 +347,25 @@ impl Harness {
         self.client(Identity::of(&self.ca.issue(&spec)))
     }
 
-    /// A client with a valid certificate for `name` offering only HTTP/1.1, the protocol of
-    /// exec, attach and portForward upgrades.
+    /// A client presenting `identity` offering only HTTP/1.1, the protocol of exec, attach and
+    /// portForward upgrades.
+    pub fn http1_client(&self, identity: Identity) -> Client {
+        Client::http1(self.ca.cert(), self.addr(), identity)
+    }
+
+    /// A client with a valid certificate for `name` offering only HTTP/1.1.
     pub fn http1_user(&self, name: &str) -> Client {
+        self.user_offering(name, HTTP1_ONLY)
+    }
+
+    /// A client with a valid certificate for `name` offering the ALPN protocols `alpn`.
+    pub fn user_offering(&self, name: &str, alpn: &[&[u8]]) -> Client {
         let cert = self.ca.issue(&CertSpec::client(name));
         Client::configured(
             self.ca.cert(),
             self.addr(),
             Identity::of(&cert),
-            HTTP1_ONLY,
+            alpn,
             ANY_TLS,
         )
     }

@@ -1,12 +1,14 @@
 //! Helpers shared by the end-to-end scenarios: certificates made on the fly ([`pki`]), a TLS HTTP
 //! client that can present any chain with any key ([`client`]), and a harness that starts the
 //! stand-in kubelet and the real proxy on loopback from a real command line ([`harness`]), and a
-//! stand-in API server answering TokenReviews and SubjectAccessReviews ([`apiserver`]). For the
+//! stand-in API server answering TokenReviews and SubjectAccessReviews ([`apiserver`]); the
+//! refusals every scenario expects, worded once ([`answers`]). For the
 //! operations scenarios: background traffic ([`load`]), the binary as a process ([`process`]),
 //! Kubernetes-style volumes ([`volume`]) and `/metrics` parsing ([`metrics`]). For the failing
 //! neighbours: the binary in front of a kubelet that restarts on its port ([`standalone`],
 //! [`relay`]), what a process holds ([`procfs`]) and traffic that tallies answers ([`traffic`]).
 
+pub mod answers;
 pub mod apiserver;
 pub mod client;
 pub mod harness;

@@ -1,6 +1,7 @@
 //! The real binary, run as an operator runs it: as a server that is stopped with SIGTERM, or as a
 //! command (`check-config`) that exits. Output goes to files, so a chatty process never blocks on
-//! a full pipe; every wait is bounded.
+//! a full pipe; every wait is bounded. [`ProcessSpec`] writes what a server needs (certificates,
+//! a configuration file, a stand-in kubelet), so a scenario states only what differs.
 
 use std::ffi::OsStr;
 use std::net::SocketAddr;
@@ -8,9 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
+
+use super::apiserver::{ApiServer, Flavour};
+use super::client::{ANY_TLS, Client, Identity};
 use super::harness::NODE_NAME;
-use super::pki::{Authority, CertSpec};
-use super::{STEP_TIMEOUT, TempDir};
+use super::pki::{Authority, CertSpec, Issued};
+use super::{STEP_TIMEOUT, TempDir, within};
 
 /// The binary under test. Cargo names it only to integration tests; the benchmark helper, which
 /// compiles this support code too but never runs the binary, falls back to the bare name.
@@ -295,6 +300,21 @@ fn serving_addresses_text(log: &str) -> Option<(SocketAddr, SocketAddr)> {
     Some((field("addr=")?, field("admin_addr=")?))
 }
 
+/// Writes `serving` (certificate chain and key) into `dir` as `tls.crt` and `tls.key` and returns
+/// `--tls-cert-file` and `--tls-private-key-file` naming them.
+pub fn serving_flags(dir: &TempDir, serving: &Issued) -> [String; 2] {
+    [
+        format!(
+            "--tls-cert-file={}",
+            dir.write("tls.crt", serving.chain_pem()).display()
+        ),
+        format!(
+            "--tls-private-key-file={}",
+            dir.write("tls.key", serving.key_pem()).display()
+        ),
+    ]
+}
+
 /// Writes what the binary needs to serve `upstream` (a serving certificate and key from `ca`, `ca`
 /// as the client CA) and a ProxyConfiguration naming them by paths relative to it, with
 /// `AlwaysAllow`, [`NODE_NAME`], loopback ports chosen by the kernel, and `extra` (YAML lines)
@@ -318,4 +338,147 @@ adminListenAddress: 127.0.0.1:0
 {extra}"
     );
     dir.write("proxy.yaml", config).display().to_string()
+}
+
+/// What the binary is started with, written for the scenario: a CA of its own, the files and
+/// ProxyConfiguration of [`proxy_config`] and, unless [`ProcessSpec::upstream`] names another, a
+/// stand-in kubelet over plain HTTP as the upstream. A scenario states only the configuration
+/// lines that differ here, and the flags that differ at [`Deployment::start`].
+pub struct ProcessSpec {
+    label: String,
+    upstream: Option<String>,
+    config: String,
+    /// Files written beside the configuration and named in it: (field, file name, contents).
+    files: Vec<(String, String, String)>,
+}
+
+impl ProcessSpec {
+    /// The defaults, with `label` naming the scenario's directory and CA.
+    pub fn new(label: &str) -> ProcessSpec {
+        ProcessSpec {
+            label: label.to_owned(),
+            upstream: None,
+            config: String::new(),
+            files: Vec::new(),
+        }
+    }
+
+    /// Appends `yaml` (whole lines) to the ProxyConfiguration.
+    pub fn config(mut self, yaml: &str) -> ProcessSpec {
+        self.config.push_str(yaml);
+        self
+    }
+
+    /// Names the kubeconfig of `api` (client-certificate flavour) as the configuration's
+    /// `kubeconfig`: TokenReviews and SubjectAccessReviews go to the stand-in API server.
+    pub fn apiserver(self, api: &ApiServer) -> ProcessSpec {
+        let path = api.kubeconfig(Flavour::ClientCertificate);
+        let line = format!("kubeconfig: {}\n", path.display());
+        self.config(&line)
+    }
+
+    /// Writes `contents` to `name` in the scenario's directory and names the file's path as the
+    /// configuration's `field` (`upstreamCaFile`, `upstreamClientKeyFile`, ...).
+    pub fn config_file(
+        mut self,
+        field: &str,
+        name: &str,
+        contents: impl Into<String>,
+    ) -> ProcessSpec {
+        self.files
+            .push((field.to_owned(), name.to_owned(), contents.into()));
+        self
+    }
+
+    /// `url` as the upstream instead of a stand-in kubelet: a kubelet the scenario started itself,
+    /// or an address nothing listens on for commands that never reach it (`explain`).
+    pub fn upstream(mut self, url: &str) -> ProcessSpec {
+        self.upstream = Some(url.to_owned());
+        self
+    }
+
+    /// Starts the stand-in kubelet (unless an upstream was named) and writes the files; the
+    /// binary is started from the [`Deployment`], as often as the scenario needs.
+    pub async fn prepare(self) -> Deployment {
+        let kubelet = match self.upstream {
+            Some(_) => None,
+            None => Some(
+                within("starting the stand-in kubelet", StandInKubelet::start(None))
+                    .await
+                    .unwrap(),
+            ),
+        };
+        let upstream = match (&self.upstream, &kubelet) {
+            (Some(url), _) => url.clone(),
+            (None, Some(kubelet)) => format!("http://{}", kubelet.addr().unwrap()),
+            (None, None) => unreachable!("a kubelet is started when no upstream is named"),
+        };
+        let dir = TempDir::new(&self.label);
+        let ca = Authority::root(&format!("{} CA", self.label));
+        let mut extra = self.config;
+        for (field, name, contents) in &self.files {
+            let path = dir.write(name, contents);
+            extra.push_str(&format!("{field}: {}\n", path.display()));
+        }
+        let config = proxy_config(&dir, &ca, &upstream, &extra);
+        Deployment {
+            dir,
+            ca,
+            config,
+            _kubelet: kubelet,
+        }
+    }
+}
+
+/// The files of a [`ProcessSpec`] and the stand-in kubelet they point at, for as long as the
+/// scenario holds it: start the binary from it once, or twice for an upgrade.
+pub struct Deployment {
+    /// Where the certificates, the configuration and every process's output live.
+    pub dir: TempDir,
+    /// The CA of the serving certificate and the client CA: clients trust it and present its
+    /// certificates.
+    pub ca: Authority,
+    /// The ProxyConfiguration's path, for `--config`.
+    pub config: String,
+    _kubelet: Option<StandInKubelet>,
+}
+
+impl Deployment {
+    /// `--config <file>` followed by `args`: on the command line a flag wins over the file.
+    pub fn command_line(&self, args: &[String]) -> Vec<String> {
+        let config = ["--config".to_owned(), self.config.clone()];
+        config.into_iter().chain(args.iter().cloned()).collect()
+    }
+
+    /// Starts the binary as `name` with [`Deployment::command_line`] and waits until it serves.
+    pub async fn start(&self, name: &str, args: &[String]) -> ProxyProcess {
+        self.start_with_env(name, args, &[]).await
+    }
+
+    /// [`Deployment::start`] with the environment variables `env` set.
+    pub async fn start_with_env(
+        &self,
+        name: &str,
+        args: &[String],
+        env: &[(&str, &OsStr)],
+    ) -> ProxyProcess {
+        ProxyProcess::start(&self.dir, name, &self.command_line(args), env).await
+    }
+
+    /// [`Deployment::start`] of the executable at `binary` (see [`ProxyProcess::start_from`]).
+    pub async fn start_from(&self, binary: &Path, name: &str, args: &[String]) -> ProxyProcess {
+        ProxyProcess::start_from(binary, &self.dir, name, &self.command_line(args)).await
+    }
+
+    /// A client of the proxy at `addr` presenting a certificate of [`Deployment::ca`] for `name`
+    /// and offering `alpn`.
+    pub fn client(&self, addr: SocketAddr, name: &str, alpn: &[&[u8]]) -> Client {
+        let cert = self.ca.issue(&CertSpec::client(name));
+        Client::configured(self.ca.cert(), addr, Identity::of(&cert), alpn, ANY_TLS)
+    }
+
+    /// A client of the proxy at `addr` without a certificate.
+    pub fn anonymous(&self, addr: SocketAddr) -> Client {
+        Client::new(self.ca.cert(), addr, Identity::None)
+    }
 }

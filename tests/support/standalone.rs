@@ -10,10 +10,10 @@ use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 use rustls::ServerConfig;
 
 use super::client::{Client, Identity, Reply, plain_get};
-use super::harness::NODE_NAME;
+use super::harness::{NODE_NAME, kubelet_tls};
 use super::metrics;
 use super::pki::{Authority, CertSpec};
-use super::process::ProxyProcess;
+use super::process::{ProxyProcess, serving_flags};
 use super::procfs::{self, Usage};
 use super::relay::Relay;
 use super::{TempDir, within};
@@ -39,14 +39,7 @@ impl Standalone {
         let dir = TempDir::new("standalone");
         let ca = Authority::root("kubelet-auth-proxy standalone CA");
         let kubelet_serving = ca.issue(&CertSpec::server().common_name("stand-in kubelet"));
-        let kubelet_tls = Arc::new(
-            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_no_client_auth()
-                .with_single_cert(kubelet_serving.chain.clone(), kubelet_serving.key())
-                .unwrap(),
-        );
+        let kubelet_tls = kubelet_tls(&kubelet_serving, None);
         let kubelet = start_kubelet(&kubelet_tls).await;
         let relay = Relay::start(kubelet.addr().unwrap()).await;
         let serving = ca.issue(&CertSpec::server());
@@ -60,18 +53,11 @@ impl Standalone {
                 "--client-ca-file={}",
                 dir.write("client-ca.crt", ca.pem()).display()
             ),
-            format!(
-                "--tls-cert-file={}",
-                dir.write("serving.crt", serving.chain_pem()).display()
-            ),
-            format!(
-                "--tls-private-key-file={}",
-                dir.write("serving.key", serving.key_pem()).display()
-            ),
             "--listen-address=127.0.0.1:0".to_owned(),
             "--admin-listen-address=127.0.0.1:0".to_owned(),
             format!("--node-name={NODE_NAME}"),
         ];
+        command_line.extend(serving_flags(&dir, &serving));
         command_line.extend(args.iter().map(|a| (*a).to_owned()));
         let process = ProxyProcess::start_logging(&dir, "proxy", &command_line, env, format).await;
         Standalone {
@@ -111,6 +97,11 @@ impl Standalone {
     /// A client presenting `identity`.
     pub fn client(&self, identity: Identity) -> Client {
         Client::new(self.ca.cert(), self.process.addr(), identity)
+    }
+
+    /// A client presenting `identity` offering only HTTP/1.1.
+    pub fn http1_client(&self, identity: Identity) -> Client {
+        Client::http1(self.ca.cert(), self.process.addr(), identity)
     }
 
     /// `GET path` on the admin listener.

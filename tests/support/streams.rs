@@ -2,15 +2,17 @@
 //! WebSocket (the stand-in kubelet echoes every byte), and a followed container log (one line
 //! every 50 ms for as long as it is read). Every read and write is bounded.
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use bytes::Bytes;
-use http::{HeaderMap, StatusCode};
+use http::{HeaderMap, Request, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::client::{Client, empty, request};
+use super::client::{Body, Client, empty, request};
 use super::within;
 
 /// The WebSocket subprotocol kubectl asks for first.
@@ -19,6 +21,30 @@ pub const EXEC_PROTOCOL: &str = "v5.channel.k8s.io";
 pub const EXEC_TARGET: &str = "/exec/ns/pod/ctr?command=sh&stdin=true&stdout=true";
 /// A followed container log.
 pub const FOLLOW_TARGET: &str = "/containerLogs/ns/pod/ctr?follow=true";
+
+/// The prefix of the WebSocket subprotocol that carries a bearer token (unpadded base64url), as
+/// browsers, which cannot set `Authorization` on a WebSocket, present one.
+pub const WEBSOCKET_TOKEN_PREFIX: &str = "base64url.bearer.authorization.k8s.io.";
+
+/// A WebSocket upgrade of `target` asking for the subprotocols `protocols`, as kubectl sends one.
+pub fn websocket_request(target: &str, protocols: &str) -> Request<Body> {
+    request("GET", target)
+        .header("connection", "Upgrade")
+        .header("upgrade", "websocket")
+        .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
+        .header("sec-websocket-version", "13")
+        .header("sec-websocket-protocol", protocols)
+        .body(empty())
+        .unwrap()
+}
+
+/// A WebSocket upgrade of `target` offering `token` as the bearer subprotocol, then
+/// `v4.channel.k8s.io`.
+pub fn websocket_with_token(target: &str, token: &str) -> Request<Body> {
+    let encoded = URL_SAFE_NO_PAD.encode(token);
+    let protocols = format!("{WEBSOCKET_TOKEN_PREFIX}{encoded}, v4.channel.k8s.io");
+    websocket_request(target, &protocols)
+}
 
 /// An open exec session: the bytes after the 101.
 pub struct ExecSession {
@@ -31,18 +57,7 @@ impl ExecSession {
     /// Opens [`EXEC_TARGET`] as a WebSocket with `Sec-WebSocket-Protocol: protocols` through
     /// `client`, which must offer only HTTP/1.1; panics unless the answer is 101.
     pub async fn open(client: &Client, protocols: &str) -> ExecSession {
-        let response = client
-            .open(
-                request("GET", EXEC_TARGET)
-                    .header("connection", "Upgrade")
-                    .header("upgrade", "websocket")
-                    .header("sec-websocket-key", "dGhlIHNhbXBsZSBub25jZQ==")
-                    .header("sec-websocket-version", "13")
-                    .header("sec-websocket-protocol", protocols)
-                    .body(empty())
-                    .unwrap(),
-            )
-            .await;
+        let response = client.open(websocket_request(EXEC_TARGET, protocols)).await;
         assert_eq!(response.status(), StatusCode::SWITCHING_PROTOCOLS);
         let headers = response.headers().clone();
         let upgraded = within("the upgrade", hyper::upgrade::on(response))

@@ -314,7 +314,7 @@ pub(super) fn markdown(run: &Run, work_dir: &Path) -> String {
         let _ = writeln!(w, "## 4. Cold bursts\n");
         let _ = writeln!(
             w,
-            "The stand-in API server of the end-to-end tests (`tests/support/apiserver.rs`), run by \
+            "The stand-in API server of the end-to-end tests (`tests/support/apiserver/`), run by \
              `bench_helper apiserver`, answers every TokenReview and SubjectAccessReview after {} ms. \
              A fresh proxy in the token setup (`--authentication-token-webhook \
              --authorization-mode=Webhook`) gets one request first (so it has its API server \
