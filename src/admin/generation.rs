@@ -1,7 +1,7 @@
 //! Which generation of the proxy serves: the build (version and commit), when this process
-//! started, and its upgrades in place ([`crate::server::handover`]). During a surge rollout or a handover
-//! two processes serve one node; these say which one a scrape reached, and whether an upgrade
-//! took.
+//! started, and its upgrades in place ([`crate::server::handover`]). During a surge rollout or a
+//! handover two processes serve one node; these say which one a scrape reached, and whether an
+//! upgrade took.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -51,7 +51,8 @@ pub fn kubelet_verbs() -> [&'static str; 5] {
 ///
 /// One trailing `/` of `path` is ignored, so `/stats/` matches `/stats` and `/stats/summary` but
 /// not `/statsx`. The comparison is byte-exact and case-sensitive, and nothing is cleaned: callers
-/// must only pass paths that [`crate::request::canonical_path`] accepted, or `..` segments could walk out.
+/// must only pass paths that [`crate::request::canonical_path`] accepted, or `..` segments could
+/// walk out.
 pub fn is_subpath(subpath: &str, path: &str) -> bool {
     let path = path.strip_suffix('/').unwrap_or(path);
     match subpath.strip_prefix(path) {
@@ -291,8 +292,8 @@ impl KubeletAttributes {
 /// Maps a request to its verb and ordered subresources, as the kubelet's `GetRequestAttributes`.
 ///
 /// `decoded_path` is the percent-decoded path without query (Go's `r.URL.Path`), and must come from
-/// a path [`crate::request::canonical_path::check_path`] found canonical: the mapping does no cleaning of
-/// its own, so it is only sound when the kubelet will route the same path.
+/// a path [`crate::request::canonical_path::check_path`] found canonical: the mapping does no
+/// cleaning of its own, so it is only sound when the kubelet will route the same path.
 pub fn kubelet_attributes(
     mapping: &AttributeMapping,
     method: &Method,

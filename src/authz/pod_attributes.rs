@@ -120,8 +120,8 @@ impl<'a> PodAttributes<'a> {
 /// kubelet's container routes, the method is not one it routes there, or the namespace or pod
 /// segment is not a name the API server could hold (so no pod-level grant can match it).
 ///
-/// `decoded_path` must be a path [`crate::request::canonical_path::check_path`] found canonical, as for
-/// [`super::attributes::kubelet_attributes`].
+/// `decoded_path` must be a path [`crate::request::canonical_path::check_path`] found canonical, as
+/// for [`super::attributes::kubelet_attributes`].
 pub fn pod_attributes<'a>(method: &Method, decoded_path: &'a str) -> Option<PodAttributes<'a>> {
     POD_ROUTES.iter().find_map(|route| {
         let rest = decoded_path.strip_prefix(route.prefix)?.strip_prefix('/')?;

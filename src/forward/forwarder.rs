@@ -80,9 +80,9 @@ impl UpstreamEndpoint {
     /// Resolves `target`. `tls` is required for [`UpstreamTarget::Https`] and ignored otherwise.
     /// It must not offer ALPN protocols other than `http/1.1` (none is best): the client only
     /// speaks HTTP/1.1; a reloaded configuration is checked as it is now, and its later versions
-    /// are built the same way. `server_name` overrides the name the kubelet's certificate is verified
-    /// against (`--upstream-server-name`); by default it is the upstream host (DNS name or IP
-    /// address).
+    /// are built the same way. `server_name` overrides the name the kubelet's certificate is
+    /// verified against (`--upstream-server-name`); by default it is the upstream host (DNS name or
+    /// IP address).
     pub fn resolve(
         target: UpstreamTarget,
         tls: Option<UpstreamTlsConfig>,
@@ -175,8 +175,8 @@ impl Forwarder {
     }
 
     /// The same forwarder with a connection pool of its own, for one serving thread
-    /// ([`crate::server::serving_threads`]): the pool's connections are opened, used and returned by that
-    /// thread's tasks alone. The bounds on requests in flight stay shared.
+    /// ([`crate::server::serving_threads`]): the pool's connections are opened, used and returned
+    /// by that thread's tasks alone. The bounds on requests in flight stay shared.
     pub fn with_own_pool(&self) -> Forwarder {
         Forwarder {
             client: pooled_client(&self.connector),

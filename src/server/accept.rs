@@ -137,9 +137,10 @@ async fn accept_loop(
 /// listener is closed. Closing a listening socket resets every connection still queued on it;
 /// beside another process on the same address (a surge rollout) those clients would see a reset
 /// for a connection the kernel had already established. Served here, each gets its request
-/// answered and the connection closed politely (see [`super::deadlines::LAST_CALL`]). Connections that
-/// arrive between this sweep and the close are moved to the other process's socket by the kernel
-/// only with `net.ipv4.tcp_migrate_req=1` ([`crate::server::handover::explain_queue_migration`]).
+/// answered and the connection closed politely (see [`super::deadlines::LAST_CALL`]). Connections
+/// that arrive between this sweep and the close are moved to the other process's socket by the
+/// kernel only with `net.ipv4.tcp_migrate_req=1`
+/// ([`crate::server::handover::explain_queue_migration`]).
 fn accept_queued(listener: TcpListener, slots: &Arc<Semaphore>, dispatcher: &Dispatcher<Handed>) {
     let listener = match listener.into_std() {
         Ok(listener) => listener,

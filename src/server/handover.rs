@@ -4,12 +4,12 @@
 //! cannot start, exits, or is not serving within [`READY_TIMEOUT`] is killed if need be and the
 //! old one goes on serving: a bad upgrade never takes the port away.
 //!
-//! The sockets travel as systemd passes them ([`crate::server::listen_fds`]): descriptors from 3, counted
-//! by `LISTEN_FDS` and named by `LISTEN_FDNAMES`. Both processes then hold the same listening
-//! sockets, with one accept queue each: nothing queued is lost when the old one stops accepting.
-//! One more descriptor after them (named by [`READY_FD`], not counted in `LISTEN_FDS`) is one end
-//! of a socket pair: the new process writes `READY=1` to it once it serves, and its end closing
-//! without that means it failed. Under systemd the old process then names the new one the
+//! The sockets travel as systemd passes them ([`crate::server::listen_fds`]): descriptors from 3,
+//! counted by `LISTEN_FDS` and named by `LISTEN_FDNAMES`. Both processes then hold the same
+//! listening sockets, with one accept queue each: nothing queued is lost when the old one stops
+//! accepting. One more descriptor after them (named by [`READY_FD`], not counted in `LISTEN_FDS`)
+//! is one end of a socket pair: the new process writes `READY=1` to it once it serves, and its end
+//! closing without that means it failed. Under systemd the old process then names the new one the
 //! service's main process (`MAINPID=`), so `systemctl` follows it and the reload is over.
 #![allow(unsafe_code)]
 

@@ -1,7 +1,7 @@
 //! Listening sockets the proxy is given at start instead of binding them: by systemd socket
 //! activation (`systemd/kubelet-auth-proxy.socket`), or by the proxy it replaces on `SIGUSR2`
-//! ([`crate::server::handover`]). Both use the systemd convention: descriptors `3 .. 3 + LISTEN_FDS`,
-//! named by the colon-separated `LISTEN_FDNAMES`.
+//! ([`crate::server::handover`]). Both use the systemd convention: descriptors
+//! `3 .. 3 + LISTEN_FDS`, named by the colon-separated `LISTEN_FDNAMES`.
 //!
 //! Whom they are for: systemd sets `LISTEN_PID` to the receiving process. A proxy handing over
 //! cannot know its successor's pid before `exec` (std's `Command` gives none, and setting a

@@ -60,10 +60,10 @@ const MAX_BIND_PAUSE: std::time::Duration = std::time::Duration::from_millis(500
 pub(super) const ADMIN_FLAG: &str = "--admin-listen-address";
 
 /// Binds `addr` for `flag`, or takes the socket for it that systemd or the proxy handing over
-/// passed in ([`crate::server::listen_fds`]). While another process holds the address (the kubelet still on the
-/// port during a rollout), retries with a backoff from 100 ms to 500 ms for up to `retry`, saying
-/// why once and then every minute; any other error, or still in use after that, is a
-/// [`StartError::Bind`].
+/// passed in ([`crate::server::listen_fds`]). While another process holds the address (the kubelet
+/// still on the port during a rollout), retries with a backoff from 100 ms to 500 ms for up to
+/// `retry`, saying why once and then every minute; any other error, or still in use after that, is
+/// a [`StartError::Bind`].
 pub(super) async fn bind(
     flag: &'static str,
     addr: SocketAddr,

@@ -8,8 +8,8 @@
 //! SubjectAccessReview). A first round overflows both caps; the resident memory it leaves is the
 //! plateau; further rounds, each again more distinct tokens than the token cache holds, must not
 //! raise it by more than a bound smaller than what keeping their entries would cost. The exact
-//! entry count is checked in `src/apiserver/cache.rs` (`a_million_keys_never_exceed_the_cap`), which pushes
-//! a million keys through the same cache type.
+//! entry count is checked in `src/apiserver/cache.rs` (`a_million_keys_never_exceed_the_cap`),
+//! which pushes a million keys through the same cache type.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

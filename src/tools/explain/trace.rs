@@ -21,8 +21,8 @@ use crate::request::responses::ResponseBody;
 
 /// Explains `method target` for `user`, taken as authenticated, by deciding it exactly as the
 /// server does ([`Decider::decide`]) with an observer that records each authorizer's answer, and
-/// showing the response the server would send ([`crate::request::decision::Refusal::answer`]). Webhook
-/// authorizers make real SubjectAccessReview calls.
+/// showing the response the server would send ([`crate::request::decision::Refusal::answer`]).
+/// Webhook authorizers make real SubjectAccessReview calls.
 pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &User) -> Explanation {
     let (raw_path, query) = match target.split_once('?') {
         Some((path, query)) => (path, Some(query)),
