@@ -143,8 +143,9 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                     Err(e) => {
                         metrics.generation().handover_failed(e.cause());
                         tracing::warn!(error = %e, "SIGUSR2: upgrade in place failed");
-                        // The new process may have taken --admin-socket's path before failing.
-                        proxy.reclaim_admin_socket();
+                        // The new process may have taken the paths of --admin-socket and
+                        // --handover-socket before failing.
+                        proxy.reclaim_sockets();
                     }
                 }
             }

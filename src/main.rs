@@ -385,7 +385,8 @@ fn main() -> anyhow::Result<ExitCode> {
                 // naming the flag, status 2, as for every other.
                 Err(
                     e @ (kubelet_auth_proxy::StartError::Bind { .. }
-                    | kubelet_auth_proxy::StartError::AdminSocket { .. }),
+                    | kubelet_auth_proxy::StartError::AdminSocket { .. }
+                    | kubelet_auth_proxy::StartError::HandoverSocket { .. }),
                 ) => {
                     eprintln!("kubelet-auth-proxy: {e}");
                     Ok(ExitCode::from(2))

@@ -29,6 +29,10 @@ pub struct Readiness {
     /// Set once every `--listen-address` is bound; until then `/readyz` answers 503 (the
     /// address is still held, by the kubelet during a rollout).
     pub listening: Arc<AtomicBool>,
+    /// Set while a previous version of the proxy holds the addresses and this process stands by
+    /// to take them the instant it lets go (`crate::server::standby`): ready, so that a surge
+    /// rollout goes on and stops the old one.
+    pub standing_by: Arc<AtomicBool>,
     /// Cancelled when shutdown begins: from then on `/readyz` answers 503, so load balancers and
     /// probes stop sending traffic while requests finish.
     pub draining: CancellationToken,
@@ -39,7 +43,9 @@ impl Readiness {
     fn not_ready(&self) -> Option<&'static str> {
         if self.draining.is_cancelled() {
             Some("shutting down")
-        } else if !self.listening.load(Ordering::Acquire) {
+        } else if !self.listening.load(Ordering::Acquire)
+            && !self.standing_by.load(Ordering::Acquire)
+        {
             Some("waiting for --listen-address: another process holds it")
         } else {
             None

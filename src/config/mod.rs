@@ -54,6 +54,9 @@ pub struct Settings {
     pub admin_listen_address: SocketAddr,
     /// Where this process alone serves the same (`--admin-socket`).
     pub admin_socket: Option<PathBuf>,
+    /// Where the listening sockets are handed to and taken from another proxy
+    /// (`--handover-socket`), its directory checked.
+    pub handover_socket: Option<PathBuf>,
     /// Serving TLS, client certificates requested when x509 authentication is on; rebuilt when
     /// the certificate, key or client CA files change.
     pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
@@ -166,6 +169,11 @@ impl Settings {
             ));
         }
         let audit = keep(&mut errors, audit_settings(flags, &mut warnings));
+        if let Some(path) = &flags.handover_socket
+            && let Err(e) = crate::server::handover_socket::check_directory(path)
+        {
+            errors.push(flag_cause("--handover-socket", e));
+        }
         let node_name = authorization.as_ref().map(|a| a.node_name.as_str());
         let upstream = keep(&mut errors, upstream(flags, node_name, &mut reloads));
         match (
@@ -195,6 +203,7 @@ impl Settings {
                 listen_retry_timeout: flags.listen_retry_timeout,
                 admin_listen_address: flags.admin_listen_address,
                 admin_socket: flags.admin_socket.clone(),
+                handover_socket: flags.handover_socket.clone(),
                 server_tls,
                 client_ca,
                 token_review,

@@ -51,6 +51,25 @@ impl HandoverSockets {
             .push((role, listener.as_fd().try_clone_to_owned()?));
         Ok(())
     }
+
+    /// Other copies of the same sockets, for `--handover-socket`
+    /// ([`crate::server::handover_socket`]).
+    pub fn try_clone(&self) -> std::io::Result<HandoverSockets> {
+        let sockets = self
+            .sockets
+            .iter()
+            .map(|(role, fd)| Ok((*role, fd.try_clone()?)))
+            .collect::<std::io::Result<_>>()?;
+        Ok(HandoverSockets { sockets })
+    }
+
+    /// Each socket with its `LISTEN_FDNAMES` name.
+    pub fn named(&self) -> Vec<(&'static str, BorrowedFd<'_>)> {
+        self.sockets
+            .iter()
+            .map(|(role, fd)| (role.name(), fd.as_fd()))
+            .collect()
+    }
 }
 
 /// Why a new process did not take over. The old one goes on serving in every case.
@@ -283,29 +302,4 @@ pub fn report_ready() -> bool {
         debug!(error = %e, "cannot tell the process handing over that this one serves");
     }
     true
-}
-
-/// The sysctl that moves connections queued on a closing `SO_REUSEPORT` listener to another
-/// listener of the group instead of resetting them.
-const MIGRATE_REQ: &str = "/proc/sys/net/ipv4/tcp_migrate_req";
-
-/// Says at start whether the kernel will move connections queued on this process's listeners to
-/// a successor's when this process stops beside it (a surge rollout). Without it, connections
-/// that reach this process's queue in the instant between its last accept and its close are
-/// reset (the proxy serves what is queued when draining begins, see `server::accept_queued`);
-/// a handover by `SIGUSR2` shares the sockets and loses nothing either way.
-pub fn explain_queue_migration() {
-    match std::fs::read_to_string(MIGRATE_REQ).map(|v| v.trim().to_owned()) {
-        Ok(value) if value == "1" => {
-            debug!("net.ipv4.tcp_migrate_req=1: queued connections move to a successor")
-        }
-        Ok(value) => info!(
-            value,
-            "net.ipv4.tcp_migrate_req is not 1: when this process stops beside its successor (a \
-             surge rollout), a connection reaching its queue in the last instant is reset; \
-             set net.ipv4.tcp_migrate_req=1 on the node (Linux 5.14 or newer) to have the kernel \
-             move it (docs/OPERATIONS.md, \"Upgrading\")"
-        ),
-        Err(e) => debug!(error = %e, "cannot read {MIGRATE_REQ} (Linux older than 5.14?)"),
-    }
 }

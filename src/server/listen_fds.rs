@@ -16,7 +16,7 @@
 #![allow(unsafe_code)]
 
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use socket2::Socket;
@@ -83,6 +83,43 @@ struct InheritedSocket {
     socket: Socket,
 }
 
+impl InheritedSocket {
+    /// Checks that `fd` is a listening TCP socket and makes it ready to serve: close-on-exec (not
+    /// for the proxy's own children, unless handed over on purpose) and non-blocking.
+    fn adopt(name: String, fd: OwnedFd) -> Result<InheritedSocket, InheritError> {
+        let raw = fd.as_raw_fd();
+        let socket = Socket::from(fd);
+        let not_a_listener = |cause| InheritError::NotAListener { fd: raw, cause };
+        if !socket.is_listener().map_err(|e| not_a_listener(Some(e)))? {
+            return Err(not_a_listener(None));
+        }
+        let addr = socket
+            .local_addr()
+            .map_err(|e| not_a_listener(Some(e)))?
+            .as_socket()
+            .ok_or_else(|| not_a_listener(None))?;
+        socket
+            .set_cloexec(true)
+            .map_err(|e| not_a_listener(Some(e)))?;
+        socket
+            .set_nonblocking(true)
+            .map_err(|e| not_a_listener(Some(e)))?;
+        if socket.reuse_port().unwrap_or(false) {
+            warn!(
+                name,
+                %addr,
+                "this listening socket has SO_REUSEPORT (bound by an earlier version of the proxy, or by a \
+                 socket unit with ReusePort=yes): any process of the same user can bind the same \
+                 address and take a share of its connections. It stays in service, since closing \
+                 it would refuse connections; restart the proxy once (systemctl restart, outside \
+                 busy hours) to bind a socket nobody can join, and remove ReusePort= from the \
+                 socket unit"
+            );
+        }
+        Ok(InheritedSocket { name, addr, socket })
+    }
+}
+
 /// The inherited sockets not yet claimed by an address.
 #[derive(Debug, Default)]
 pub struct Inherited {
@@ -121,31 +158,34 @@ impl Inherited {
             // SAFETY: the variables checked above say descriptors 3 .. 3 + LISTEN_FDS were opened
             // for this process (the systemd convention), and TAKEN makes this the only place that
             // ever owns them.
-            let socket = Socket::from(unsafe { OwnedFd::from_raw_fd(fd) });
+            let socket = unsafe { OwnedFd::from_raw_fd(fd) };
             let name = names.next().unwrap_or("").to_owned();
-            let not_a_listener = |cause| InheritError::NotAListener { fd, cause };
-            if !socket.is_listener().map_err(|e| not_a_listener(Some(e)))? {
-                return Err(not_a_listener(None));
-            }
-            let addr = socket
-                .local_addr()
-                .map_err(|e| not_a_listener(Some(e)))?
-                .as_socket()
-                .ok_or_else(|| not_a_listener(None))?;
-            // Not for the proxy's own children, unless handed over on purpose.
-            socket
-                .set_cloexec(true)
-                .map_err(|e| not_a_listener(Some(e)))?;
-            socket
-                .set_nonblocking(true)
-                .map_err(|e| not_a_listener(Some(e)))?;
-            sockets.push(InheritedSocket { name, addr, socket });
+            sockets.push(InheritedSocket::adopt(name, socket)?);
         }
+        Ok(Inherited::of(sockets, "inherited"))
+    }
+
+    /// The sockets a running proxy handed over through `--handover-socket`
+    /// ([`crate::server::handover_socket`]), named as in `LISTEN_FDNAMES`.
+    pub fn handed_over(sockets: Vec<(String, OwnedFd)>) -> Result<Inherited, InheritError> {
+        let sockets = sockets
+            .into_iter()
+            .map(|(name, fd)| InheritedSocket::adopt(name, fd))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Inherited::of(sockets, "handed over"))
+    }
+
+    fn of(sockets: Vec<InheritedSocket>, how: &'static str) -> Inherited {
         info!(
             sockets = ?sockets.iter().map(|s| (s.name.as_str(), s.addr)).collect::<Vec<_>>(),
-            "listening sockets inherited"
+            "listening sockets {how}"
         );
-        Ok(Inherited { sockets })
+        Inherited { sockets }
+    }
+
+    /// Whether there are sockets not yet claimed.
+    pub fn is_empty(&self) -> bool {
+        self.sockets.is_empty()
     }
 
     /// The inherited socket for `addr` serving `role`, if there is one: the one bound to exactly

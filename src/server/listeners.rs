@@ -10,6 +10,7 @@ use tracing::warn;
 
 use super::StartError;
 use super::listen_fds::{Inherited, Role};
+use super::standby::{Standby, TAKEOVER_PAUSE};
 
 /// A hint for the bind errors operators meet.
 pub(super) fn bind_hint(error: &std::io::Error) -> &'static str {
@@ -32,10 +33,12 @@ pub(super) fn bind_hint(error: &std::io::Error) -> &'static str {
 /// (or `[::]:10250`) coexists with a kubelet on the other family's loopback (`[::1]:10250`, or
 /// `127.0.0.1:10250`): the kernel only refuses a wildcard beside a specific address of the same
 /// family. `SO_REUSEADDR` as Tokio sets it (a restart rebinds while old connections linger in
-/// TIME_WAIT); `SO_REUSEPORT` so that a new proxy starts beside the running one on the same
-/// addresses (a surge rollout), the kernel spreading new connections over both until the old one
-/// stops. Only a process of the same user can join (Linux checks it); a kubelet still on the port
-/// does not set it, so binding beside it still fails. The backlog is Tokio's.
+/// TIME_WAIT; Linux never lets a second socket listen on an address through it).
+///
+/// Never `SO_REUSEPORT`: with it any process of the same user could bind the same address and
+/// take a share of the connections (all of them, with its own steering program), tokens
+/// included. A successor gets these very sockets instead, by `SIGUSR2` ([`super::handover`]) or
+/// over `--handover-socket` ([`super::handover_socket`]). The backlog is Tokio's.
 fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
@@ -43,7 +46,6 @@ fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
         socket.set_only_v6(true)?;
     }
     socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
@@ -63,12 +65,14 @@ pub(super) const ADMIN_FLAG: &str = "--admin-listen-address";
 /// passed in ([`crate::server::listen_fds`]). While another process holds the address (the kubelet
 /// still on the port during a rollout), retries with a backoff from 100 ms to 500 ms for up to
 /// `retry`, saying why once and then every minute; any other error, or still in use after that, is
-/// a [`StartError::Bind`].
+/// a [`StartError::Bind`]. While a previous version of the proxy holds it ([`Standby`]), retries
+/// every [`TAKEOVER_PAUSE`] for as long as it does.
 pub(super) async fn bind(
     flag: &'static str,
     addr: SocketAddr,
     retry: std::time::Duration,
     inherited: &mut Inherited,
+    standby: &mut Standby,
 ) -> Result<TcpListener, StartError> {
     let role = if flag == ADMIN_FLAG {
         Role::Admin
@@ -87,10 +91,21 @@ pub(super) async fn bind(
     let mut said: Option<Instant> = None;
     loop {
         match listen(addr) {
-            Ok(listener) => return Ok(listener),
-            Err(source)
-                if source.kind() == std::io::ErrorKind::AddrInUse && started.elapsed() < retry =>
-            {
+            Ok(listener) => {
+                standby.took(flag, addr);
+                return Ok(listener);
+            }
+            Err(source) if source.kind() == std::io::ErrorKind::AddrInUse => {
+                if role == Role::Admin {
+                    standby.consider(addr).await;
+                }
+                if standby.active() {
+                    tokio::time::sleep(TAKEOVER_PAUSE).await;
+                    continue;
+                }
+                if started.elapsed() >= retry {
+                    return Err(StartError::Bind { flag, addr, source });
+                }
                 if said.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
                     warn!(flag, %addr, waited = ?started.elapsed(), ?retry, "address in use; retrying until it is free");
                     said = Some(Instant::now());

@@ -7,11 +7,13 @@ mod connection;
 pub mod deadlines;
 pub mod descriptors;
 pub mod handover;
+pub mod handover_socket;
 pub mod http_server;
 pub mod listen_fds;
 mod listeners;
 pub mod serving_threads;
 pub mod shutdown;
+mod standby;
 pub mod systemd;
 
 use std::net::SocketAddr;
@@ -29,11 +31,13 @@ use crate::startup::assemble::Services;
 use connection::Accepted;
 use deadlines::Deadlines;
 use handover::HandoverSockets;
+use handover_socket::{Donor, Fetched};
 use http_server::HttpServer;
 use listen_fds::{Inherited, Role};
 use listeners::{ADMIN_BIND_RETRY, ADMIN_FLAG, bind, bind_hint};
 use serving_threads::ServingThreads;
 use shutdown::Shutdown;
+use standby::Standby;
 
 /// A running proxy: its addresses, and the means to stop it.
 pub struct RunningProxy {
@@ -52,6 +56,8 @@ pub struct RunningProxy {
     /// Copies of the listening sockets, for a successor on `SIGUSR2`; closed when draining
     /// begins, so that the listeners really close once the accept loops let go of them.
     handover: HandoverSockets,
+    /// Answers `--handover-socket` with copies of the same, until draining begins.
+    donor: Option<Donor>,
 }
 
 impl RunningProxy {
@@ -75,13 +81,17 @@ impl RunningProxy {
         &self.handover
     }
 
-    /// Binds `--admin-socket` anew, after a new process that took the path over failed: the path
-    /// then names a socket nobody answers, and this process goes on serving.
-    pub fn reclaim_admin_socket(&mut self) {
+    /// Binds `--admin-socket` and `--handover-socket` anew, after a new process that took the
+    /// paths over failed: they then name sockets nobody answers, and this process goes on
+    /// serving.
+    pub fn reclaim_sockets(&mut self) {
         if let Some(socket) = &mut self.admin_unix
             && let Err(e) = socket.rebind()
         {
             warn!(path = %socket.path().display(), error = %e, "cannot bind --admin-socket again");
+        }
+        if let Some(donor) = &self.donor {
+            donor.reclaim();
         }
     }
 
@@ -98,6 +108,9 @@ impl RunningProxy {
         let _ = self.admin.await;
         if let Some(admin_unix) = self.admin_unix {
             admin_unix.stop().await;
+        }
+        if let Some(donor) = self.donor {
+            donor.stop().await;
         }
     }
 }
@@ -129,6 +142,18 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// The `--handover-socket` could not be bound.
+    #[error(
+        "--handover-socket {}: cannot listen: {source}; the directory must exist and be writable by the proxy",
+        path.display()
+    )]
+    HandoverSocket {
+        /// The path.
+        path: std::path::PathBuf,
+        /// What the operating system said.
+        #[source]
+        source: std::io::Error,
+    },
     /// Another failure of the operating system at start.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -141,23 +166,48 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         Ok(limit) => debug!(limit, "open-file limit"),
         Err(e) => warn!(error = %e, "cannot raise the open-file limit to its hard limit"),
     }
-    // The admin listener first: while the kubelet API's address is still held (by the kubelet,
+    let metrics = Arc::clone(&config.metrics);
+    let generation = metrics.generation().clone();
+    let shutdown = config.shutdown.clone();
+    let readiness = admin::listener::Readiness {
+        listening: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        standing_by: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        draining: shutdown.draining().clone(),
+    };
+    // This process's own admin socket before any address: the exec probes reach it while the
+    // addresses are still held (by the kubelet, or a previous version this one stands by for).
+    let admin_unix = match &config.admin_socket {
+        Some(path) => {
+            let socket = admin::listener::AdminSocket::serve(
+                path.clone(),
+                Arc::clone(&metrics),
+                readiness.clone(),
+            )
+            .map_err(|source| StartError::AdminSocket {
+                path: path.clone(),
+                source,
+            })?;
+            info!(path = %path.display(), "admin endpoints on this process's own socket too");
+            Some(socket)
+        }
+        None => None,
+    };
+    let (mut inherited, mut fetched) = sockets_given(config.handover_socket.as_deref()).await;
+    let mut standby = Standby::new(
+        config.handover_socket.is_some() && inherited.is_empty(),
+        Arc::clone(&readiness.standing_by),
+    );
+    // The admin listener next: while the kubelet API's address is still held (by the kubelet,
     // during a rollout), /healthz says the process is alive and /readyz that it does not serve
     // yet, so a liveness or startup probe does not restart a proxy that is only waiting.
-    let mut inherited = Inherited::take().unwrap_or_else(|e| {
-        warn!(error = %e, "ignoring the inherited sockets; binding the addresses anew");
-        Inherited::default()
-    });
     let admin_listener = bind(
         ADMIN_FLAG,
         config.admin_listen_address,
         ADMIN_BIND_RETRY,
         &mut inherited,
+        &mut standby,
     )
     .await?;
-    let metrics = Arc::clone(&config.metrics);
-    let shutdown = config.shutdown.clone();
-    let listening = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let admin_addr = admin_listener.local_addr()?;
     let mut handover = HandoverSockets::default();
     handover.add(Role::Admin, &admin_listener)?;
@@ -165,28 +215,8 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     let admin = tokio::spawn(admin::listener::serve(
         admin_listener,
         Arc::clone(&metrics),
-        admin::listener::Readiness {
-            listening: Arc::clone(&listening),
-            draining: shutdown.draining().clone(),
-        },
+        readiness.clone(),
     ));
-    let admin_unix = match &config.admin_socket {
-        Some(path) => {
-            let readiness = admin::listener::Readiness {
-                listening: Arc::clone(&listening),
-                draining: shutdown.draining().clone(),
-            };
-            let socket =
-                admin::listener::AdminSocket::serve(path.clone(), Arc::clone(&metrics), readiness)
-                    .map_err(|source| StartError::AdminSocket {
-                        path: path.clone(),
-                        source,
-                    })?;
-            info!(path = %path.display(), "admin endpoints on this process's own socket too");
-            Some(socket)
-        }
-        None => None,
-    };
     let mut listeners = Vec::with_capacity(config.listen_addresses.len());
     for &address in &config.listen_addresses {
         listeners.push(
@@ -195,12 +225,12 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
                 address,
                 config.listen_retry_timeout,
                 &mut inherited,
+                &mut standby,
             )
             .await?,
         );
     }
     inherited.close_unclaimed();
-    crate::server::handover::explain_queue_migration();
     for listener in &listeners {
         handover.add(Role::KubeletApi, listener)?;
     }
@@ -250,7 +280,9 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         };
         accept::serve_handed(handed, accepted)
     })?;
-    listening.store(true, std::sync::atomic::Ordering::Release);
+    readiness
+        .listening
+        .store(true, std::sync::atomic::Ordering::Release);
     info!(%addr, addrs = ?addrs, %admin_addr, threads = threads.count(), "serving the kubelet API");
     let server = tokio::spawn(accept::serve(
         listeners,
@@ -260,6 +292,29 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         limits,
         shutdown.clone(),
     ));
+    // Serving: now the path is this process's, and the proxy that handed over is told.
+    let donor = match &config.handover_socket {
+        Some(path) => Some(
+            Donor::serve(
+                path,
+                handover.try_clone()?,
+                generation,
+                shutdown.draining().clone(),
+            )
+            .map_err(|source| StartError::HandoverSocket {
+                path: path.clone(),
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    if let Some(fetched) = fetched.take() {
+        info!(
+            pid = fetched.pid,
+            "serving on the sockets handed over; telling the proxy that handed them"
+        );
+        fetched.serving().await;
+    }
     Ok(RunningProxy {
         addr,
         addrs,
@@ -270,7 +325,38 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         admin_unix,
         audit: config.audit,
         handover,
+        donor,
     })
+}
+
+/// The sockets this process is given instead of binding: by systemd or the process that started
+/// it (`LISTEN_FDS`), or else, with `--handover-socket`, by the proxy answering there; with the
+/// latter's line, to tell it once this process serves.
+async fn sockets_given(handover_socket: Option<&std::path::Path>) -> (Inherited, Option<Fetched>) {
+    let inherited = Inherited::take().unwrap_or_else(|e| {
+        warn!(error = %e, "ignoring the inherited sockets; binding the addresses anew");
+        Inherited::default()
+    });
+    let Some(path) = handover_socket.filter(|_| inherited.is_empty()) else {
+        return (inherited, None);
+    };
+    match handover_socket::fetch(path).await {
+        Ok(Some(mut fetched)) => match Inherited::handed_over(fetched.take_sockets()) {
+            Ok(handed) => (handed, Some(fetched)),
+            Err(e) => {
+                warn!(error = %e, "--handover-socket: ignoring the sockets handed over; binding the addresses");
+                (Inherited::default(), None)
+            }
+        },
+        Ok(None) => {
+            info!(path = %path.display(), "nobody hands sockets over at --handover-socket; binding the addresses");
+            (Inherited::default(), None)
+        }
+        Err(e) => {
+            warn!(error = %e, "binding the addresses instead");
+            (Inherited::default(), None)
+        }
+    }
 }
 
 /// The bounds every connection is served under.

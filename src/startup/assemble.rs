@@ -35,6 +35,8 @@ pub struct Services {
     pub admin_listen_address: std::net::SocketAddr,
     /// Where this process alone serves the same.
     pub admin_socket: Option<std::path::PathBuf>,
+    /// `--handover-socket`: where sockets are handed to and taken from another proxy.
+    pub handover_socket: Option<std::path::PathBuf>,
     /// Serving TLS, swapped when its files change.
     pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
     /// Who is calling.
@@ -116,6 +118,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         listen_retry_timeout: settings.listen_retry_timeout,
         admin_listen_address: settings.admin_listen_address,
         admin_socket: settings.admin_socket,
+        handover_socket: settings.handover_socket,
         server_tls: settings.server_tls,
         authenticator,
         decider,

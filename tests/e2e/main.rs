@@ -24,6 +24,7 @@ mod forwarding;
 mod fuzz_corpus;
 mod hostile;
 mod hygiene;
+pub mod joining;
 mod manifests;
 mod match_conditions;
 mod memory_bounds;

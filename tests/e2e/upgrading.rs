@@ -13,6 +13,7 @@ use http::StatusCode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::joining::{assert_unjoinable, handover_directory};
 use crate::support::client::{Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Reply, empty, request};
 use crate::support::metrics::total;
 use crate::support::process::{BINARY, Deployment, ProcessSpec, ProxyProcess, run};
@@ -222,45 +223,68 @@ impl Drop for Adopted {
 }
 
 #[tokio::test]
-async fn a_second_proxy_serves_beside_a_running_one_and_alone_once_it_stops() {
+async fn a_surge_takes_the_sockets_over_the_handover_socket_and_refuses_nothing() {
     let site = ProcessSpec::new("surge")
         .config("shutdownGracePeriod: 5s\n")
         .prepare()
         .await;
     let dir = &site.dir;
-    let (old_socket, new_socket) = (dir.path().join("old.sock"), dir.path().join("new.sock"));
-    let mut old = site
-        .start("old", &[format!("--admin-socket={}", old_socket.display())])
-        .await;
+    let handover = format!(
+        "--handover-socket={}",
+        handover_directory(dir, 0o700).display()
+    );
+    let sockets: Vec<PathBuf> = ["old", "new", "newer"]
+        .iter()
+        .map(|name| dir.path().join(format!("{name}.sock")))
+        .collect();
+    let pod = |socket: &Path| {
+        vec![
+            format!("--admin-socket={}", socket.display()),
+            handover.clone(),
+        ]
+    };
+    let mut old = site.start("old", &pod(&sockets[0])).await;
     let (addr, admin) = (old.addr(), old.admin_addr());
     let traffic = Traffic::start(&site, addr);
     traffic.goes_on(5, 0).await;
 
-    // The new pod's process, on the very same addresses.
-    let new = site
-        .start(
-            "new",
-            &[
-                format!("--listen-address={addr}"),
-                format!("--admin-listen-address={admin}"),
-                format!("--admin-socket={}", new_socket.display()),
-            ],
-        )
-        .await;
-    assert_eq!(new.addr(), addr);
-    // Its readiness is its own, through its socket.
-    let (ready, said) = admin_probe(dir, &new_socket, "/readyz").await;
+    // The new pod's process, with the same flags: it asks the old one for its sockets.
+    let mut new = site.start("new", &pod(&sockets[1])).await;
+    assert_eq!((new.addr(), new.admin_addr()), (addr, admin));
+    assert!(
+        new.stderr().contains("listening sockets handed over"),
+        "{}",
+        new.stderr()
+    );
+    eventually("the old process counts the handover", || async {
+        old.stderr()
+            .contains("handed the listening sockets over through --handover-socket")
+            .then_some(())
+    })
+    .await;
+    // Its readiness is its own, through its socket; and the port is still nobody else's.
+    let (ready, said) = admin_probe(dir, &sockets[1], "/readyz").await;
     assert!(ready, "{said}");
+    assert_unjoinable(addr);
+    assert_unjoinable(admin);
     traffic.goes_on(20, 5).await;
 
     // The rollout stops the old pod once the new one is ready.
     old.terminate();
     assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
     traffic.goes_on(20, 5).await;
-    let served = none_failed(traffic.stop()).await;
 
-    // Everything since the old one left was the new one's, which counts it.
-    let (_, metrics) = admin_probe(dir, &new_socket, "/metrics").await;
+    // The next rollout: the path is the new process's now.
+    let newer = site.start("newer", &pod(&sockets[2])).await;
+    assert_eq!(newer.addr(), addr);
+    new.terminate();
+    assert_eq!(new.wait().await.code(), Some(0), "{}", new.stderr());
+    traffic.goes_on(20, 5).await;
+    let served = none_failed(traffic.stop()).await;
+    assert_unjoinable(addr);
+
+    // Everything since the new one left was the newer one's, which counts it.
+    let (_, metrics) = admin_probe(dir, &sockets[2], "/metrics").await;
     assert!(
         total(
             &metrics,
@@ -269,7 +293,7 @@ async fn a_second_proxy_serves_beside_a_running_one_and_alone_once_it_stops() {
         ) >= 25.0,
         "{metrics}"
     );
-    println!("surge: {served} requests answered across the switch, 0 failed");
+    println!("surge: {served} requests answered across two handovers, 0 failed");
 }
 
 #[tokio::test]
@@ -430,11 +454,18 @@ async fn restart_row(how: Replacement) -> String {
         .prepare()
         .await;
     let binary = installed(&site.dir);
-    let mut old = site.start_from(&binary, "old", &[]).await;
+    let handover = format!(
+        "--handover-socket={}",
+        handover_directory(&site.dir, 0o700).display()
+    );
+    let mut old = site
+        .start_from(&binary, "old", std::slice::from_ref(&handover))
+        .await;
     let (addr, admin) = (old.addr(), old.admin_addr());
     let again = [
         format!("--listen-address={addr}"),
         format!("--admin-listen-address={admin}"),
+        handover,
     ];
     let traffic = Traffic::start(&site, addr);
     let mut session =
