@@ -364,6 +364,14 @@ impl StandInFiles {
             "upstream-client-key-file" => write(&self.client.1),
             "kubeconfig" => write(&self.kubeconfig()),
             "admin-socket" => self.dir.path().join("admin.sock").display().to_string(),
+            "handover-socket" => {
+                use std::os::unix::fs::PermissionsExt as _;
+                let directory = self.dir.path().join("handover");
+                std::fs::create_dir_all(&directory).unwrap();
+                std::fs::set_permissions(&directory, std::fs::Permissions::from_mode(0o700))
+                    .unwrap();
+                directory.join("handover.sock").display().to_string()
+            }
             "audit-log-path" if value != "-" => {
                 self.dir.path().join("audit.log").display().to_string()
             }
@@ -561,7 +569,11 @@ fn the_systemd_environment_file_is_a_command_line_the_proxy_starts_with() {
         unit_setting(&socket, "FileDescriptorName"),
         kubelet_auth_proxy::server::listen_fds::Role::KubeletApi.name()
     );
-    assert_eq!(unit_setting(&socket, "ReusePort"), "yes");
+    // Never shared: with ReusePort= a process of the proxy's user could join the port.
+    assert!(
+        socket.iter().all(|(key, _)| key != "ReusePort"),
+        "ReusePort= in the socket unit"
+    );
     assert_eq!(unit_setting(&socket, "BindIPv6Only"), "ipv6-only");
     assert_eq!(
         unit_setting(&socket, "Service"),
@@ -1148,14 +1160,86 @@ fn the_image_and_the_daemonset_carry_this_version() {
         .lines()
         .find_map(|line| line.strip_prefix("USER "))
         .expect("a USER line");
-    let uid: u32 = user
+    let ids: Vec<i64> = user
         .split(':')
-        .next()
-        .unwrap()
-        .parse()
-        .expect("numeric USER");
-    assert_ne!(uid, 0);
+        .map(|id| id.parse().expect("numeric USER"))
+        .collect();
+    assert_eq!(ids.len(), 2, "USER uid:gid");
+    assert_ne!(ids[0], 0);
 
     let labels = daemonset().spec.template.metadata.unwrap().labels.unwrap();
     assert_eq!(labels["app.kubernetes.io/version"], VERSION);
+    the_daemonset_runs_as(ids[0], ids[1]);
+}
+
+/// The DaemonSet runs as the image's user and group, a pair of the proxy's own (not distroless's
+/// "nonroot" nor "nobody", which other images share); its init container closes the handover
+/// directory to all but root and that group, and `--handover-socket` lies in that directory.
+fn the_daemonset_runs_as(uid: i64, gid: i64) {
+    let daemonset = daemonset();
+    let pod = daemonset.spec.template.spec.clone().unwrap();
+    let security = pod.security_context.clone().unwrap();
+    assert_eq!(security.run_as_user, Some(uid));
+    assert_eq!(security.run_as_group, Some(gid));
+    assert_eq!(security.fs_group, Some(gid));
+    for shared in [65532, 65534] {
+        assert_ne!(uid, shared, "a user other images share");
+        assert_ne!(gid, shared, "a group other images share");
+    }
+    let init = pod
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "handover")
+        })
+        .expect("an init container preparing the handover directory");
+    let mount = |container: &Container| {
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "handover")
+            .map(|m| m.mount_path.clone())
+            .expect("the handover volume mounted")
+    };
+    let script = init
+        .command
+        .iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let directory = mount(init);
+    assert!(
+        script.contains(&format!("chgrp {gid} {directory}")),
+        "{script}"
+    );
+    assert!(
+        script.contains(&format!("chmod 0770 {directory}")),
+        "{script}"
+    );
+    for group in script.split("chgrp ").skip(1) {
+        assert!(
+            group.starts_with(&format!("{gid} ")),
+            "chgrp to another group: {script}"
+        );
+    }
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "handover")
+        .and_then(|v| v.host_path.clone())
+        .expect("the handover directory is the host's");
+    assert_eq!(volume.type_.as_deref(), Some("DirectoryOrCreate"));
+    let container = proxy_container(&daemonset);
+    let socket = daemonset_args(&container)
+        .iter()
+        .find_map(|a| a.strip_prefix("--handover-socket=").map(PathBuf::from))
+        .expect("--handover-socket");
+    assert_eq!(socket.parent(), Some(Path::new(&mount(&container))));
 }
