@@ -4,7 +4,9 @@
 //! then the layers around the request: start-up, the operator's view, the tools.
 //!
 //! - [`server`]: the process and its sockets. [`server::listen_fds`] takes the sockets systemd
-//!   or the process handing over passed in, the rest are bound (`listeners`); the accept loops
+//!   or the process handing over passed in, or [`server::handover_socket`] fetches them from the
+//!   running proxy; the rest are bound (`listeners`, never joinable; `standby` while a version
+//!   from before handovers holds them); the accept loops
 //!   (`accept`) hand each connection to the serving thread with the fewest
 //!   ([`server::serving_threads`]: each thread has its own event loop and kubelet connection
 //!   pool, so a request stays on one thread). A connection (`connection`: the TLS handshake,
@@ -13,8 +15,10 @@
 //!   `--max-connections` ([`server::deadlines`]), within the open-file budget
 //!   ([`server::descriptors`]). [`server::shutdown`] drains, then closes after the grace
 //!   period; [`server::handover`] replaces the process on `SIGUSR2` without refusing a
-//!   connection (listeners bound with `SO_REUSEPORT`, so a new process also starts beside the
-//!   old); [`server::systemd`] tells a `Type=notify` unit about readiness and stopping.
+//!   connection (the new process inherits the listening sockets), and
+//!   [`server::handover_socket`] hands them to a new pod (a surge rollout) the same way, over a
+//!   unix socket, checking that it runs as the proxy's user; [`server::systemd`] tells a
+//!   `Type=notify` unit about readiness and stopping.
 //! - [`tls`]: rustls serving config (client certificates requested, never required; only the
 //!   handshake signature is checked there) and the client side towards the kubelet.
 //! - [`request`]: what happens to each request. [`request::pipeline`] runs it top to bottom:
