@@ -19,8 +19,8 @@
 //!    stopped (the rollout deletes its pod once the new one is ready), then drains as always.
 //!
 //! When nobody answers (the first proxy on the node, or a version from before handovers) the new
-//! proxy binds its addresses itself ([`super::listeners`]); while a version from before handovers
-//! holds them, it stands by ([`super::standby`]).
+//! proxy binds its addresses itself (`server::listeners`); while a version from before handovers
+//! holds them, it stands by (`server::standby`).
 
 mod directory;
 mod donor;
