@@ -240,3 +240,56 @@ async fn without_a_previous_version_a_held_address_keeps_the_proxy_unready() {
     let (new, ()) = tokio::join!(new, wait);
     assert_eq!(new.addr(), addr);
 }
+
+#[tokio::test]
+async fn an_asker_that_does_not_speak_the_handover_protocol_gets_nothing_and_is_counted() {
+    let site = ProcessSpec::new("garbled-asker").prepare().await;
+    let handover = handover_directory(&site.dir, 0o700);
+    let admin_socket = site.dir.path().join("admin.sock");
+    let flags = [
+        format!("--handover-socket={}", handover.display()),
+        format!("--admin-socket={}", admin_socket.display()),
+    ];
+    let old = site.start("old", &flags).await;
+    // Something of the proxy's user that asks for anything but the handover.
+    let mut asker = tokio::net::UnixStream::connect(&handover).await.unwrap();
+    asker.write_all(b"GET / HTTP/1.1\n").await.unwrap();
+    let mut answer = Vec::new();
+    asker.read_to_end(&mut answer).await.unwrap();
+    assert!(answer.is_empty(), "answered {answer:?}");
+    let failures = || async {
+        let args = vec![
+            "admin-probe".to_owned(),
+            format!("--admin-socket={}", admin_socket.display()),
+            "/metrics".to_owned(),
+        ];
+        let metrics = run(&site.dir, "admin-probe", &args).await.stdout;
+        crate::support::metrics::total(
+            &metrics,
+            "kubelet_auth_proxy_handover_failures_total",
+            &[("cause", "protocol")],
+        )
+    };
+    eventually("the failure counted", || async {
+        (failures().await == 1.0).then_some(())
+    })
+    .await;
+
+    // A real successor still gets the sockets.
+    let new_socket = site.dir.path().join("new.sock");
+    let new = site
+        .start(
+            "new",
+            &[
+                format!("--handover-socket={}", handover.display()),
+                format!("--admin-socket={}", new_socket.display()),
+            ],
+        )
+        .await;
+    assert_eq!(new.addr(), old.addr());
+    assert!(
+        new.stderr().contains("listening sockets handed over"),
+        "{}",
+        new.stderr()
+    );
+}

@@ -321,6 +321,9 @@ async fn sigusr2_hands_over_to_a_new_process_while_sessions_finish_on_the_old() 
         .await,
     );
     assert_ne!(successor.0.as_raw_nonzero().get() as u32, old.pid());
+    // The inherited sockets are no more joinable than the ones bound.
+    assert_unjoinable(addr);
+    assert_unjoinable(old.admin_addr());
     // The session stays on the old process, which drains around it; new requests go on.
     traffic.goes_on(20, 5).await;
     session.echo(b"during the handover").await;
@@ -539,6 +542,75 @@ async fn restart_table() {
     for row in rows {
         println!("{row}");
     }
+}
+
+/// The first rollout from a version that binds with `SO_REUSEPORT` and cannot hand its sockets
+/// over: the new process stands by, and takes the addresses once the old one lets go of them.
+/// A measurement of that one window, not a check: it needs the previous version's binary, named
+/// by `KAP_PREVIOUS_BINARY` (built from the release before `--handover-socket`), and prints what
+/// 20 clients opening a new connection every 20 ms each got:
+/// `KAP_PREVIOUS_BINARY=/path/to/0.1/kubelet-auth-proxy cargo test --test e2e -- --ignored
+/// --nocapture first_rollout_window`.
+#[tokio::test]
+#[ignore = "a measurement: run by hand, see its documentation"]
+async fn first_rollout_window() {
+    let previous = PathBuf::from(
+        std::env::var_os("KAP_PREVIOUS_BINARY").expect("KAP_PREVIOUS_BINARY: the 0.1 binary"),
+    );
+    let site = ProcessSpec::new("first-rollout")
+        .config("shutdownGracePeriod: 5s\n")
+        .prepare()
+        .await;
+    let mut old = site.start_from(&previous, "old", &[]).await;
+    let (addr, admin) = (old.addr(), old.admin_addr());
+    let traffic = Traffic::start(&site, addr);
+    let callers: Vec<Caller> = (0..20)
+        .map(|n| traffic.also(site.client(addr, &format!("fresh-{n}"), HTTP1_ONLY), true))
+        .collect();
+    traffic.goes_on(5, 5).await;
+    let probe = site.dir.path().join("new.sock");
+    let args = [
+        format!("--listen-address={addr}"),
+        format!("--admin-listen-address={admin}"),
+        format!(
+            "--handover-socket={}",
+            handover_directory(&site.dir, 0o700).display()
+        ),
+        format!("--admin-socket={}", probe.display()),
+    ];
+    let new = site.start("new", &args);
+    let rollout = async {
+        eventually("the new process stands by", || async {
+            admin_probe(&site.dir, &probe, "/readyz")
+                .await
+                .0
+                .then_some(())
+        })
+        .await;
+        old.terminate();
+    };
+    let (new, ()) = tokio::join!(new, rollout);
+    old.wait().await;
+    traffic.goes_on(25, 25).await;
+    let [fresh, kept] = traffic.stop();
+    let mut answered = fresh.ok() + kept.ok();
+    let mut failures = fresh.failures().await;
+    failures.extend(kept.failures().await);
+    for caller in callers {
+        answered += caller.ok();
+        failures.extend(caller.failures().await);
+    }
+    let (refused, reset, other) = classify(&failures);
+    let waited = new
+        .stderr()
+        .lines()
+        .find(|line| line.contains("took the address over"))
+        .unwrap_or_default()
+        .to_owned();
+    println!(
+        "first rollout from {}: {answered} answered, {refused} refused, {reset} reset, {other} other failures; {waited}",
+        previous.display()
+    );
 }
 
 /// systemd's own tool for socket activation, when installed (it comes with systemd).
