@@ -51,7 +51,8 @@ pub enum DirectoryError {
 
 /// Checks, reading only, that the directory of `path` is a directory that only this process's
 /// user (and root) can reach: owned by root or this user, no access for others, and group access
-/// only for this process's own group. The DaemonSet's init container makes the host directory so
+/// only for this process's own group (not checked when this process is root, as `check-config`
+/// run by an operator may be: it cannot tell which group the proxy runs as). The DaemonSet's init container makes the host directory so
 /// (`chgrp` to the pod's group, `chmod 0770`); a systemd unit's `RuntimeDirectory=` is 0755 by
 /// default, hence `RuntimeDirectoryMode=0700`.
 pub fn check_directory(path: &Path) -> Result<(), DirectoryError> {
@@ -99,7 +100,8 @@ pub fn check_directory(path: &Path) -> Result<(), DirectoryError> {
             format!("chmod o-rwx {}", directory.display()),
         ));
     }
-    if mode & 0o070 != 0 && meta.gid() != gid {
+    // Root (check-config run by an operator) cannot tell which group the proxy will run as.
+    if mode & 0o070 != 0 && meta.gid() != gid && uid != 0 {
         return Err(shared(
             format!(
                 "open to group {} (mode {mode:04o}), not this proxy's group {gid}",
