@@ -8,6 +8,7 @@ use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::Offset;
 
+pub mod acts;
 mod event;
 mod json;
 pub mod refusals;

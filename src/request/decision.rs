@@ -18,6 +18,7 @@ use std::sync::Arc;
 use http::Method;
 
 use crate::admin::metrics::Outcome;
+use crate::audit::acts::is_act;
 use crate::audit::{Authorization as AuditAuthorization, ObjectRef};
 use crate::authn::{Authentication, User};
 use crate::authz::attributes::{AttributeMapping, KubeletAttributes, Subresources};
@@ -143,6 +144,8 @@ pub struct Judgement {
     pub pod: Option<PodTarget>,
     /// The outcome of the kubelet's loop.
     pub decision: RequestDecision,
+    /// Whether the request acts ([`crate::audit::acts`]), judged on the path it was authorized on.
+    pub acts: bool,
 }
 
 /// The pod a pod-level attribute set named, kept for audit (`objectRef`) and `explain`.
@@ -262,6 +265,7 @@ impl Decider {
             attributes,
             pod: pod.filter(asked).map(PodTarget::from),
             decision,
+            acts: is_act(method, &decoded),
         })
     }
 }
@@ -480,6 +484,19 @@ impl Verdict {
             subresource,
             name: Arc::clone(node_name),
         })
+    }
+
+    /// Whether the request is allowed and acts ([`crate::audit::acts`]): its audit event is never
+    /// suppressed or omitted. A refused exec did nothing, so its event is treated as any refusal.
+    pub fn acts(&self) -> bool {
+        matches!(
+            self,
+            Verdict::Authorized(Judgement {
+                decision: RequestDecision::Allowed { .. },
+                acts: true,
+                ..
+            })
+        )
     }
 
     /// The authenticated caller, if authentication was reached and succeeded.

@@ -138,6 +138,8 @@ struct Handled {
     object_ref: Option<ObjectRef>,
     user: Option<Arc<User>>,
     authorization: Option<AuditAuthorization>,
+    /// Allowed and acting ([`crate::audit::acts`]): the audit event is never suppressed.
+    acts: bool,
 }
 
 /// What the audit event of a request needs from the request itself, taken before the request is
@@ -256,7 +258,7 @@ impl Pipeline {
             stage_timestamp: SystemTime::now(),
             authorization: handled.authorization.take(),
         };
-        if event.user.is_none() && !self.audit_refusals.admit() {
+        if !handled.acts && event.user.is_none() && !self.audit_refusals.admit() {
             return None;
         }
         let completion = stream.then(|| (audit.clone(), event.clone()));
@@ -297,6 +299,7 @@ impl Pipeline {
             .flatten();
         let verb = verdict.verb(req.method());
         let authorization = audited.then(|| verdict.audit()).flatten();
+        let acts = verdict.acts();
         let refusal = match verdict.refusal() {
             Some(refusal) => Some(refusal),
             None if self.audit_require_for_streams
@@ -324,6 +327,7 @@ impl Pipeline {
             object_ref,
             user: verdict.user().cloned(),
             authorization,
+            acts,
         }
     }
 
@@ -392,6 +396,7 @@ fn log_verdict(
             attributes,
             pod,
             decision,
+            ..
         }) => {
             if user.name == crate::authn::ANONYMOUS_USER && ignored_token() {
                 debug!(
