@@ -39,7 +39,7 @@ pub use gate::{Refused, WAITING_PER_PERMIT};
 use hold::HoldOff;
 
 /// Largest API server answer read; TokenReview and SubjectAccessReview answers are a few KiB.
-const MAX_RESPONSE_BYTES: usize = 1 << 20;
+pub(crate) const MAX_RESPONSE_BYTES: usize = 1 << 20;
 /// Attempts per review, as `DefaultAuthWebhookRetryBackoff` (Steps: 5).
 pub const MAX_ATTEMPTS: u32 = 5;
 /// First backoff step (Duration: 500 ms), multiplied by 1.5 each step.

@@ -19,7 +19,14 @@
 //!   asked;
 //! - at most [`MAX_CONDITIONS`] conditions, each non-empty, none repeated, at most
 //!   [`MAX_EXPRESSION_CODE_POINTS`] code points, each compiled at load: a compile error is a
-//!   configuration error naming the expression.
+//!   configuration error naming the expression;
+//! - an evaluation that would cost more than [`PER_CALL_LIMIT`] (`celconfig.PerCallLimit`) is
+//!   an error, as kube-apiserver's cost limit makes it.
+//!
+//! cel-rust counts no cost, so [`cost`] prices the expression before it runs, from the sizes of
+//! the review at hand. Beyond kube-apiserver, which estimates no cost for these expressions,
+//! an expression whose worst case passes [`STATIC_ESTIMATED_COST_LIMIT`] (the limit it applies
+//! to a CRD's rules) is refused at load, naming its cost.
 //!
 //! CEL is the `cel` crate (cel-rust) with its standard library and its strings extension, the
 //! part of kube-apiserver's CEL environment that applies to a SubjectAccessReview. cel-rust has no
@@ -29,7 +36,9 @@
 //! Kubernetes' own CEL libraries, which cel-rust does not provide.
 
 mod check;
+mod cost;
 
+use std::cell::LazyCell;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, LazyLock};
@@ -40,6 +49,8 @@ use cel::{Context, Env, ExecutionError, ParseErrors, Program, Value};
 use k8s_openapi::api::authorization::v1::SubjectAccessReviewSpec;
 
 use check::{Shape, check};
+use cost::{Inputs, cost};
+pub use cost::{PER_CALL_LIMIT, STATIC_ESTIMATED_COST_LIMIT};
 
 /// kube-apiserver's bound on a webhook's conditions.
 pub const MAX_CONDITIONS: usize = 64;
@@ -70,6 +81,9 @@ pub struct MatchConditions {
 struct Condition {
     expression: Arc<str>,
     program: Program,
+    /// The cost of the largest review: when it is within [`PER_CALL_LIMIT`], no review can
+    /// pass the limit and the cost of each is not computed.
+    estimate: u64,
 }
 
 impl fmt::Debug for MatchConditions {
@@ -158,6 +172,19 @@ pub enum CompileError {
         #[source]
         source: regex::Error,
     },
+    /// An expression whose worst case costs more than [`STATIC_ESTIMATED_COST_LIMIT`].
+    #[error(
+        "estimated cost {cost} exceeds the limit {STATIC_ESTIMATED_COST_LIMIT} for the largest \
+         review (a user of {max_review_bytes} bytes from a TokenReview); iterate over \
+         request.groups or request.extra once, not once per element, and match regular \
+         expressions against literal patterns"
+    )]
+    Cost {
+        /// The estimated cost.
+        cost: u64,
+        /// The size of the largest user, in bytes.
+        max_review_bytes: usize,
+    },
     /// A function kube-apiserver has and this proxy's CEL does not.
     #[error(
         "compilation failed: {0} is not supported by this proxy's CEL (see docs/COMPATIBILITY.md)"
@@ -177,6 +204,17 @@ pub enum EvaluationError {
         #[source]
         source: ExecutionError,
     },
+    /// Evaluating it on this review would cost more than [`PER_CALL_LIMIT`]: it is not run.
+    #[error(
+        "cel evaluation error: expression '{expression}' resulted in error: {}",
+        cost_exceeded(*.cost)
+    )]
+    CostLimit {
+        /// The expression.
+        expression: Arc<str>,
+        /// Its cost on this review.
+        cost: u64,
+    },
     /// The result is not a `bool`.
     #[error(
         "cel evaluation error: expression '{expression}' eval result type should be bool but got {got}"
@@ -194,6 +232,7 @@ impl EvaluationError {
     pub fn cause(&self) -> String {
         match self {
             EvaluationError::Failed { source, .. } => source.to_string(),
+            EvaluationError::CostLimit { cost, .. } => cost_exceeded(*cost),
             EvaluationError::NotBool { got, .. } => {
                 format!("eval result type should be bool but got {got}")
             }
@@ -281,14 +320,16 @@ impl MatchConditions {
                     expression: expression.to_owned(),
                 });
             }
-            let program = compile(expression).map_err(|source| ConditionsError::Invalid {
-                index,
-                expression: expression.to_owned(),
-                source,
-            })?;
+            let (program, estimate) =
+                compile(expression).map_err(|source| ConditionsError::Invalid {
+                    index,
+                    expression: expression.to_owned(),
+                    source,
+                })?;
             conditions.push(Condition {
                 expression: Arc::from(expression),
                 program,
+                estimate,
             });
         }
         Ok(MatchConditions {
@@ -315,13 +356,15 @@ impl MatchConditions {
     ) -> Match {
         let mut context = Context::with_env(Arc::clone(&ENV));
         context.add_variable_as_val(REQUEST, Box::new(request_value(spec)));
+        // The sizes of this review, measured only if a condition could pass the limit.
+        let inputs = LazyCell::new(|| Inputs::of(spec));
         let mut errors = Vec::new();
         let mut skipped = false;
         for (index, condition) in self.conditions.iter().enumerate() {
             let result = if skipped {
                 ConditionResult::NotEvaluated
             } else {
-                condition.evaluate(&context)
+                condition.evaluate(&context, &inputs)
             };
             observe(ConditionTrace {
                 index,
@@ -343,7 +386,18 @@ impl MatchConditions {
 }
 
 impl Condition {
-    fn evaluate(&self, context: &Context<'_, '_>) -> ConditionResult {
+    /// The result on the review in `context`, whose sizes `inputs` gives; not run when its cost
+    /// on this review would pass [`PER_CALL_LIMIT`].
+    fn evaluate(&self, context: &Context<'_, '_>, inputs: &Inputs) -> ConditionResult {
+        if self.estimate > PER_CALL_LIMIT {
+            let cost = cost(self.program.expression(), inputs);
+            if cost > PER_CALL_LIMIT {
+                return ConditionResult::Error(EvaluationError::CostLimit {
+                    expression: Arc::clone(&self.expression),
+                    cost,
+                });
+            }
+        }
         match self.program.execute(context) {
             Ok(Value::Bool(true)) => ConditionResult::True,
             Ok(Value::Bool(false)) => ConditionResult::False,
@@ -420,17 +474,32 @@ pub fn request_value(spec: &SubjectAccessReviewSpec) -> CelMap<'_> {
     map(request)
 }
 
-/// Compiles one expression and checks what can be checked without a type checker.
-fn compile(expression: &str) -> Result<Program, CompileError> {
+/// Compiles one expression, checks what can be checked without a type checker and estimates its
+/// worst-case cost, which must be within [`STATIC_ESTIMATED_COST_LIMIT`].
+fn compile(expression: &str) -> Result<(Program, u64), CompileError> {
     let size = expression.chars().count();
     if size > MAX_EXPRESSION_CODE_POINTS {
         return Err(CompileError::TooLong(size));
     }
     let program = ENV.compile(expression).map_err(CompileError::Syntax)?;
     match check(program.expression(), &mut Vec::new())? {
-        Shape::Bool | Shape::Dyn => Ok(program),
-        other => Err(CompileError::NotBool(other.name())),
+        Shape::Bool | Shape::Dyn => {}
+        other => return Err(CompileError::NotBool(other.name())),
     }
+    let estimate = cost(program.expression(), &Inputs::worst_case());
+    if estimate > STATIC_ESTIMATED_COST_LIMIT {
+        return Err(CompileError::Cost {
+            cost: estimate,
+            max_review_bytes: crate::apiserver::MAX_RESPONSE_BYTES,
+        });
+    }
+    Ok((program, estimate))
+}
+
+/// kube-apiserver's message for an evaluation stopped by its cost limit (cel-go's), with the
+/// cost and the limit.
+fn cost_exceeded(cost: u64) -> String {
+    format!("operation cancelled: actual cost limit exceeded (cost {cost}, limit {PER_CALL_LIMIT})")
 }
 
 /// The parser's errors on one line, each at its line and column (their own text adds the source

@@ -234,7 +234,6 @@ fn the_load_check_accepts_what_kube_apiserver_accepts() {
         "!('system:nodes' in request.groups)",
         "request.user.startsWith('system:serviceaccount:')",
         "request.groups.exists(g, g.startsWith('oidc:')) || request.user.contains('@')",
-        "request.groups.all(g, request.groups.exists(h, h == g))",
         "'authentication.kubernetes.io/pod-name' in request.extra",
         "request.extra['k'].exists(v, v == 'x')",
         "request.extra.exists(k, k.startsWith('example.com/'))",
@@ -466,4 +465,77 @@ fn conditions_see_the_pod_level_set() {
         "request.resourceAttributes.resource == 'pods' && request.resourceAttributes.name == 'web-0'",
         &pod
     ));
+}
+
+#[test]
+fn a_condition_whose_worst_case_passes_the_static_limit_is_refused_at_load() {
+    // kube-apiserver would load it (it estimates no cost for these) and stop it on every
+    // review with many groups; refused here, naming its cost and the limit.
+    let quadratic = "request.groups.all(g, request.groups.exists(h, h == g))";
+    let error = compile_error(quadratic);
+    assert!(
+        matches!(error, CompileError::Cost { cost, .. } if cost > STATIC_ESTIMATED_COST_LIMIT),
+        "{error:?}"
+    );
+    let message = MatchConditions::compile([quadratic].into_iter())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.starts_with("webhook.matchConditions[0].expression"),
+        "{message}"
+    );
+    assert!(message.contains("estimated cost "), "{message}");
+    assert!(message.contains("exceeds the limit 10000000"), "{message}");
+}
+
+#[test]
+fn a_condition_over_the_per_call_limit_on_a_review_is_an_error_not_evaluated() {
+    let deny_list =
+        "request.groups.all(g, !(g in ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j']))";
+    let conditions = compiled(&[deny_list]);
+    let few: Vec<String> = (0..1000).map(|i| format!("g{i}")).collect();
+    let few: Vec<&str> = few.iter().map(String::as_str).collect();
+    let (results, outcome) = evaluate(
+        &conditions,
+        &kubelet_spec(&user("u", "", &few), "get", "proxy"),
+    );
+    assert_eq!(results, ["true"]);
+    assert!(matches!(outcome, Match::Matched));
+
+    let many: Vec<String> = (0..50_000).map(|i| format!("g{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let (results, outcome) = evaluate(
+        &conditions,
+        &kubelet_spec(&user("u", "", &many), "get", "proxy"),
+    );
+    assert_eq!(
+        results,
+        ["error: operation cancelled: actual cost limit exceeded (cost 1300003, limit 1000000)"]
+    );
+    let Match::Failed(error) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "cel evaluation error: expression '{deny_list}' resulted in error: operation \
+             cancelled: actual cost limit exceeded (cost 1300003, limit 1000000)"
+        )
+    );
+}
+
+#[test]
+fn a_false_condition_before_one_over_the_limit_skips_the_webhook() {
+    let many: Vec<String> = (0..50_000).map(|i| format!("g{i}")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    let conditions = compiled(&[
+        "request.user == 'someone-else'",
+        "request.groups.all(g, !(g in ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j']))",
+    ]);
+    let (results, outcome) = evaluate(
+        &conditions,
+        &kubelet_spec(&user("u", "", &many), "get", "proxy"),
+    );
+    assert_eq!(results, ["false", "not evaluated"]);
+    assert!(matches!(outcome, Match::Skipped));
 }

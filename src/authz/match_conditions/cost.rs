@@ -1,0 +1,623 @@
+//! The cost of a condition, in cel-go's cost units, since cel-rust counts none: kube-apiserver
+//! stops any CEL evaluation whose cost passes `celconfig.PerCallLimit` (1,000,000, "roughly 0.1
+//! second"), and refuses at load the expressions of a CRD whose estimated worst case passes
+//! `StaticEstimatedCostLimit` (10,000,000).
+//!
+//! One model serves both: [`cost`] walks the expression with the sizes its inputs may have —
+//! [`Inputs::worst_case`] at load, [`Inputs::of`] the review at hand before it is evaluated —
+//! and prices each step as cel-go's estimator (`checker/cost.go`) and Kubernetes' library costs
+//! (`apiserver/pkg/cel/library/cost.go`) do: an identifier or a field selection 1, a literal 0,
+//! most calls 1, string operations by the lengths they traverse (0.1 a byte), `contains` by the
+//! product of the two lengths, `matches` by input length times pattern length (0.25 a byte), a
+//! list or map literal 10 or 30, `x in list` by the list's length, and a comprehension its range
+//! and initial value plus its loop (condition and step) once per element. Every operation costs
+//! at least 1, which also covers cel-go's rounding up.
+//!
+//! Unlike cel-go, which prices `a && b` as both sides only at load, the cost before evaluation
+//! is the worst case for the review's sizes: no short-circuit is assumed.
+//!
+//! A comprehension over a list of strings whose total length is known (`request.groups`, the
+//! keys of `request.extra`) is priced with that total: the elements' lengths add up to it, so
+//! the loop costs at most `n × loop(empty) + loop(total) − loop(empty)` (the costs grow with a
+//! length at least linearly, so the sum over elements is at most the cost at the sum). A
+//! `map()` or `filter()` accumulator grows by appending in place (cel-rust's `AppendStep`), so
+//! that append costs 1, not a copy of the list.
+
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use k8s_openapi::api::authorization::v1::SubjectAccessReviewSpec;
+
+use super::REQUEST;
+use crate::apiserver::MAX_RESPONSE_BYTES;
+use crate::request::canonical_path::MAX_PATH_LEN;
+
+/// kube-apiserver's `celconfig.PerCallLimit`: the most one evaluation of one expression may cost.
+pub const PER_CALL_LIMIT: u64 = 1_000_000;
+/// kube-apiserver's `StaticEstimatedCostLimit` (CRD validation rules): the most one expression's
+/// worst case may cost for it to load.
+pub const STATIC_ESTIMATED_COST_LIMIT: u64 = 10_000_000;
+
+/// cel-go's `common.StringTraversalCostFactor`: the cost of reading one byte of a string.
+const STRING_TRAVERSAL: f64 = 0.1;
+/// cel-go's `common.RegexStringLengthCostFactor`: the cost of one byte of a pattern.
+const REGEX_LENGTH: f64 = 0.25;
+/// cel-go's `common.ListCreateBaseCost`.
+const LIST_CREATE: f64 = 10.0;
+/// cel-go's `common.MapCreateBaseCost`.
+const MAP_CREATE: f64 = 30.0;
+/// cel-go's `common.StructCreateBaseCost`.
+const STRUCT_CREATE: f64 = 40.0;
+
+/// The fewest bytes one element of a JSON list of strings takes (`"",`): the most elements a
+/// TokenReview answer's list can have is its size over this.
+const MIN_LIST_ELEMENT_BYTES: usize = 3;
+/// The fewest bytes one entry of a JSON map of string lists takes (`"":[],`).
+const MIN_MAP_ENTRY_BYTES: usize = 6;
+
+/// What the cost model knows of a value's size: a string's length in bytes, a list's or a
+/// map's number of elements and the size of each, or one of `request`'s records.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Size {
+    /// `request`.
+    Request,
+    /// `request.resourceAttributes`.
+    ResourceAttributes,
+    /// `request.nonResourceAttributes`.
+    NonResourceAttributes,
+    /// `request.resourceAttributes.fieldSelector` or `labelSelector`.
+    Selector,
+    /// A bool, a number, null, a type: size 1.
+    Scalar,
+    /// A string or bytes of at most this many bytes.
+    Str(f64),
+    /// A list of at most `count` elements, each at most `elem`; `total`, when known, bounds the
+    /// sum of their lengths (strings only).
+    List {
+        count: f64,
+        elem: Box<Size>,
+        total: Option<f64>,
+    },
+    /// A map of at most `count` entries, keys at most `key` (their lengths adding up to at most
+    /// `key_total` when known), values at most `value`.
+    Map {
+        count: f64,
+        key: Box<Size>,
+        key_total: Option<f64>,
+        value: Box<Size>,
+    },
+    /// Nothing known: as large as [`Inputs::ceiling`].
+    Unknown,
+}
+
+impl Size {
+    fn list_of_strings(count: usize, longest: usize, total: usize) -> Size {
+        Size::List {
+            count: count as f64,
+            elem: Box::new(Size::Str(longest as f64)),
+            total: Some(total as f64),
+        }
+    }
+
+    /// The larger of two sizes, for a value that may be either.
+    fn max(self, other: Size) -> Size {
+        match (self, other) {
+            (a, b) if a == b => a,
+            (Size::Str(a), Size::Str(b)) => Size::Str(a.max(b)),
+            (
+                Size::List {
+                    count: a,
+                    elem: ea,
+                    total: ta,
+                },
+                Size::List {
+                    count: b,
+                    elem: eb,
+                    total: tb,
+                },
+            ) => Size::List {
+                count: a.max(b),
+                elem: Box::new(ea.max(*eb)),
+                total: ta.zip(tb).map(|(a, b)| a.max(b)),
+            },
+            (Size::Scalar, Size::Scalar) => Size::Scalar,
+            _ => Size::Unknown,
+        }
+    }
+}
+
+/// The sizes of `request`'s parts: their largest possible values at load, the review's own
+/// before it is evaluated.
+#[derive(Debug, Clone)]
+pub(super) struct Inputs {
+    user: f64,
+    uid: f64,
+    groups: Size,
+    extra: Size,
+    /// The longest of the resource attributes' strings.
+    resource: f64,
+    /// The longest of the non-resource attributes' strings.
+    non_resource: f64,
+    /// The size of a value the model cannot follow (the result of `format()`, a selector's
+    /// requirements): as large as the largest input.
+    ceiling: f64,
+}
+
+impl Inputs {
+    /// The largest review the proxy can build: the user (name, uid, groups, extra) comes from a
+    /// TokenReview answer, which the proxy reads up to [`MAX_RESPONSE_BYTES`], or from a client
+    /// certificate, which TLS bounds to far less; the resource attributes come from the request
+    /// path, at most [`MAX_PATH_LEN`] bytes.
+    pub(super) fn worst_case() -> Inputs {
+        let bytes = MAX_RESPONSE_BYTES;
+        let strings = || Size::list_of_strings(bytes / MIN_LIST_ELEMENT_BYTES, bytes, bytes);
+        Inputs {
+            user: bytes as f64,
+            uid: bytes as f64,
+            groups: strings(),
+            extra: Size::Map {
+                count: (bytes / MIN_MAP_ENTRY_BYTES) as f64,
+                key: Box::new(Size::Str(bytes as f64)),
+                key_total: Some(bytes as f64),
+                value: Box::new(strings()),
+            },
+            resource: MAX_PATH_LEN as f64,
+            non_resource: MAX_PATH_LEN as f64,
+            ceiling: bytes as f64,
+        }
+    }
+
+    /// The sizes of `spec`'s parts.
+    pub(super) fn of(spec: &SubjectAccessReviewSpec) -> Inputs {
+        fn len(value: &Option<String>) -> usize {
+            value.as_deref().map_or(0, str::len)
+        }
+        fn strings<'s>(values: impl Iterator<Item = &'s String> + Clone) -> Size {
+            let longest = values.clone().map(String::len).max().unwrap_or(0);
+            let total = values.clone().map(String::len).sum();
+            Size::list_of_strings(values.count(), longest, total)
+        }
+        let groups = spec.groups.as_deref().unwrap_or_default();
+        let extra = spec.extra.as_ref();
+        let entries = || extra.into_iter().flatten();
+        let values = entries().map(|(_, values)| strings(values.iter()));
+        let value = values.fold(Size::list_of_strings(0, 0, 0), Size::max);
+        let resource = spec.resource_attributes.as_ref().map_or(0, |a| {
+            [
+                &a.namespace,
+                &a.verb,
+                &a.group,
+                &a.version,
+                &a.resource,
+                &a.subresource,
+                &a.name,
+            ]
+            .into_iter()
+            .map(len)
+            .max()
+            .unwrap_or(0)
+        });
+        let non_resource = spec
+            .non_resource_attributes
+            .as_ref()
+            .map_or(0, |a| len(&a.path).max(len(&a.verb)));
+        let key_total: usize = entries().map(|(key, _)| key.len()).sum();
+        let value_total: usize = entries().flat_map(|(_, v)| v).map(String::len).sum();
+        let group_total: usize = groups.iter().map(String::len).sum();
+        let ceiling = len(&spec.user)
+            + len(&spec.uid)
+            + group_total
+            + groups.len()
+            + key_total
+            + value_total
+            + resource
+            + non_resource;
+        Inputs {
+            user: len(&spec.user) as f64,
+            uid: len(&spec.uid) as f64,
+            groups: strings(groups.iter()),
+            extra: Size::Map {
+                count: entries().count() as f64,
+                key: Box::new(Size::Str(
+                    entries().map(|(key, _)| key.len()).max().unwrap_or(0) as f64,
+                )),
+                key_total: Some(key_total as f64),
+                value: Box::new(value),
+            },
+            resource: resource as f64,
+            non_resource: non_resource as f64,
+            ceiling: ceiling as f64,
+        }
+    }
+
+    /// The size of `record.field`.
+    fn field(&self, record: &Size, field: &str) -> Size {
+        match (record, field) {
+            (Size::Request, "user") => Size::Str(self.user),
+            (Size::Request, "uid") => Size::Str(self.uid),
+            (Size::Request, "groups") => self.groups.clone(),
+            (Size::Request, "extra") => self.extra.clone(),
+            (Size::Request, "resourceAttributes") => Size::ResourceAttributes,
+            (Size::Request, "nonResourceAttributes") => Size::NonResourceAttributes,
+            (Size::ResourceAttributes, "fieldSelector" | "labelSelector") => Size::Selector,
+            (Size::ResourceAttributes, _) => Size::Str(self.resource),
+            (Size::NonResourceAttributes, _) => Size::Str(self.non_resource),
+            (Size::Selector, "rawSelector") => Size::Str(self.resource),
+            (Size::Map { value, .. }, _) => (**value).clone(),
+            _ => Size::Unknown,
+        }
+    }
+
+    /// A string's length, a list's or a map's number of elements.
+    fn len(&self, size: &Size) -> f64 {
+        match size {
+            Size::Str(n) | Size::List { count: n, .. } | Size::Map { count: n, .. } => *n,
+            Size::Request
+            | Size::ResourceAttributes
+            | Size::NonResourceAttributes
+            | Size::Selector
+            | Size::Scalar => 1.0,
+            Size::Unknown => self.ceiling,
+        }
+    }
+}
+
+/// The cost of `expr` for inputs of the sizes `inputs` gives, rounded up to a whole number.
+pub(super) fn cost(expr: &IdedExpr, inputs: &Inputs) -> u64 {
+    let (cost, _) = Model { inputs }.walk(expr, &mut Vec::new());
+    // `as` saturates: an astronomical estimate is u64::MAX.
+    cost.ceil() as u64
+}
+
+/// The cost model walking one expression.
+struct Model<'i> {
+    inputs: &'i Inputs,
+}
+
+impl Model<'_> {
+    /// The cost of `expr` in `scope` (comprehension variables, innermost last) and the size of
+    /// its result.
+    fn walk<'e>(&self, expr: &'e IdedExpr, scope: &mut Vec<(&'e str, Size)>) -> (f64, Size) {
+        match &expr.expr {
+            Expr::Unspecified => (0.0, Size::Unknown),
+            Expr::Literal(literal) => (0.0, literal_size(literal)),
+            Expr::Ident(name) => {
+                let size = match scope.iter().rev().find(|(n, _)| n == name) {
+                    Some((_, size)) => size.clone(),
+                    None if name == REQUEST => Size::Request,
+                    None => Size::Scalar,
+                };
+                (1.0, size)
+            }
+            Expr::Select(select) => {
+                let (cost, operand) = self.walk(&select.operand, scope);
+                if select.test {
+                    // kube-apiserver prices `has()` as its operand only
+                    // (`PresenceTestHasCost(false)`).
+                    (cost, Size::Scalar)
+                } else {
+                    (cost + 1.0, self.inputs.field(&operand, &select.field))
+                }
+            }
+            Expr::List(list) => {
+                let mut cost = LIST_CREATE;
+                let mut elem: Option<Size> = None;
+                for element in &list.elements {
+                    let (c, size) = self.walk(element, scope);
+                    cost += c;
+                    elem = Some(match elem {
+                        Some(e) => e.max(size),
+                        None => size,
+                    });
+                }
+                let total = match &elem {
+                    Some(Size::Str(n)) => Some(n * list.elements.len() as f64),
+                    _ => None,
+                };
+                let size = Size::List {
+                    count: list.elements.len() as f64,
+                    elem: Box::new(elem.unwrap_or(Size::Unknown)),
+                    total,
+                };
+                (cost, size)
+            }
+            Expr::Map(map) => {
+                let mut cost = MAP_CREATE;
+                let (mut key, mut value) = (Size::Str(0.0), None::<Size>);
+                for entry in &map.entries {
+                    if let EntryExpr::MapEntry(entry) = &entry.expr {
+                        let (kc, k) = self.walk(&entry.key, scope);
+                        let (vc, v) = self.walk(&entry.value, scope);
+                        cost += kc + vc;
+                        key = key.max(k);
+                        value = Some(match value {
+                            Some(value) => value.max(v),
+                            None => v,
+                        });
+                    }
+                }
+                let size = Size::Map {
+                    count: map.entries.len() as f64,
+                    key: Box::new(key),
+                    key_total: None,
+                    value: Box::new(value.unwrap_or(Size::Unknown)),
+                };
+                (cost, size)
+            }
+            Expr::Struct(object) => {
+                let mut cost = STRUCT_CREATE;
+                for field in &object.entries {
+                    if let EntryExpr::StructField(field) = &field.expr {
+                        cost += self.walk(&field.value, scope).0;
+                    }
+                }
+                (cost, Size::Unknown)
+            }
+            Expr::Comprehension(c) => {
+                let (range_cost, range) = self.walk(&c.iter_range, scope);
+                let (init_cost, init) = self.walk(&c.accu_init, scope);
+                let count = self.inputs.len(&range);
+                let (elem, total, value) = match &range {
+                    Size::List { elem, total, .. } => ((**elem).clone(), *total, Size::Unknown),
+                    Size::Map {
+                        key,
+                        key_total,
+                        value,
+                        ..
+                    } => ((**key).clone(), *key_total, (**value).clone()),
+                    _ => (Size::Unknown, None, Size::Unknown),
+                };
+                // A list accumulator (`map()`, `filter()`) ends with at most one element per
+                // iteration more than it starts with.
+                let accumulator = match init.clone() {
+                    Size::List {
+                        count: start,
+                        elem: first,
+                        ..
+                    } => {
+                        let depth = scope.len();
+                        scope.push((&c.iter_var, elem.clone()));
+                        scope.push((&c.accu_var, init));
+                        let (_, step) = self.walk(&c.loop_step, scope);
+                        scope.truncate(depth);
+                        let elem = match step {
+                            Size::List { elem, .. } => first.max(*elem),
+                            _ => Size::Unknown,
+                        };
+                        Size::List {
+                            count: start + count,
+                            elem: Box::new(elem),
+                            total: None,
+                        }
+                    }
+                    other => other,
+                };
+                let iteration = |model: &Self, elem: Size, scope: &mut Vec<(&'e str, Size)>| {
+                    let depth = scope.len();
+                    scope.push((&c.iter_var, elem));
+                    if let Some(second) = &c.iter_var2 {
+                        scope.push((second, value.clone()));
+                    }
+                    scope.push((&c.accu_var, accumulator.clone()));
+                    let cost =
+                        model.walk(&c.loop_cond, scope).0 + model.walk(&c.loop_step, scope).0;
+                    scope.truncate(depth);
+                    cost
+                };
+                let loop_cost = match (total, &elem) {
+                    (Some(total), Size::Str(_)) => {
+                        let empty = iteration(self, Size::Str(0.0), scope);
+                        let whole = iteration(self, Size::Str(total), scope);
+                        count * empty + (whole - empty)
+                    }
+                    _ => count * iteration(self, elem, scope),
+                };
+                let depth = scope.len();
+                scope.push((&c.accu_var, accumulator));
+                let (result_cost, result) = self.walk(&c.result, scope);
+                scope.truncate(depth);
+                (range_cost + init_cost + loop_cost + result_cost, result)
+            }
+            Expr::Call(call) => {
+                let mut cost = 0.0;
+                let target = call.target.as_deref().map(|t| {
+                    let (c, size) = self.walk(t, scope);
+                    cost += c;
+                    size
+                });
+                if call.func_name == operators::CONDITIONAL {
+                    return self.conditional(&call.args, scope);
+                }
+                let mut args = Vec::with_capacity(call.args.len());
+                for arg in &call.args {
+                    let (c, size) = self.walk(arg, scope);
+                    cost += c;
+                    args.push(size);
+                }
+                let appends = call.func_name == operators::ADD
+                    && matches!(call.args.as_slice(),
+                        [lhs, rhs] if accumulator(lhs) && matches!(rhs.expr, Expr::List(_)));
+                let (own, size) = self.call(&call.func_name, target, &args, appends);
+                (cost + own, size)
+            }
+        }
+    }
+
+    /// `c ? a : b`: the condition and the dearer branch.
+    fn conditional<'e>(
+        &self,
+        args: &'e [IdedExpr],
+        scope: &mut Vec<(&'e str, Size)>,
+    ) -> (f64, Size) {
+        let mut walked = args.iter().map(|arg| self.walk(arg, scope));
+        let (condition, _) = walked.next().unwrap_or((0.0, Size::Scalar));
+        let (then, then_size) = walked.next().unwrap_or((0.0, Size::Unknown));
+        let (otherwise, otherwise_size) = walked.next().unwrap_or((0.0, Size::Unknown));
+        (
+            condition + then.max(otherwise),
+            then_size.max(otherwise_size),
+        )
+    }
+
+    /// A call's own cost (its arguments' aside) and the size of its result. A method's receiver
+    /// is `target`; a global function's first argument stands for it.
+    fn call(
+        &self,
+        function: &str,
+        target: Option<Size>,
+        args: &[Size],
+        appends: bool,
+    ) -> (f64, Size) {
+        let len = |size: &Size| self.inputs.len(size);
+        let (receiver, rest) = match target {
+            Some(target) => (target, args),
+            None => match args.split_first() {
+                Some((first, rest)) => (first.clone(), rest),
+                None => (Size::Unknown, args),
+            },
+        };
+        let arg = |i: usize| rest.get(i).cloned().unwrap_or(Size::Str(0.0));
+        let traverse = |n: f64| 1.0 + STRING_TRAVERSAL * n;
+        match function {
+            operators::LOGICAL_AND | operators::LOGICAL_OR => (0.0, Size::Scalar),
+            operators::ADD if appends => {
+                let elem = match arg(0) {
+                    Size::List { elem, .. } => elem,
+                    _ => Box::new(Size::Unknown),
+                };
+                let size = Size::List {
+                    count: len(&receiver) + 1.0,
+                    elem,
+                    total: None,
+                };
+                (1.0, size)
+            }
+            operators::ADD => match (&receiver, &arg(0)) {
+                (Size::Str(a), Size::Str(b)) => (traverse(a + b), Size::Str(a + b)),
+                (Size::List { .. }, Size::List { .. }) => {
+                    let size = receiver.clone().max(arg(0));
+                    let count = len(&receiver) + len(&arg(0));
+                    let size = match size {
+                        Size::List { elem, .. } => Size::List {
+                            count,
+                            elem,
+                            total: None,
+                        },
+                        other => other,
+                    };
+                    (traverse(count), size)
+                }
+                (Size::Unknown, _) | (_, Size::Unknown) => {
+                    (traverse(len(&receiver) + len(&arg(0))), Size::Unknown)
+                }
+                _ => (1.0, Size::Scalar),
+            },
+            operators::EQUALS
+            | operators::NOT_EQUALS
+            | operators::LESS
+            | operators::LESS_EQUALS
+            | operators::GREATER
+            | operators::GREATER_EQUALS => {
+                (traverse(len(&receiver).min(len(&arg(0)))), Size::Scalar)
+            }
+            operators::IN => match arg(0) {
+                Size::Map { .. } => (1.0, Size::Scalar),
+                list => (1.0 + len(&list), Size::Scalar),
+            },
+            operators::INDEX => {
+                let size = match receiver {
+                    Size::List { elem, .. } => *elem,
+                    Size::Map { value, .. } => *value,
+                    _ => Size::Unknown,
+                };
+                (1.0, size)
+            }
+            "startsWith" | "endsWith" => (traverse(len(&arg(0))), Size::Scalar),
+            "contains" => (traverse(len(&receiver) * len(&arg(0))), Size::Scalar),
+            "indexOf" | "lastIndexOf" => (traverse(len(&receiver) * len(&arg(0))), Size::Scalar),
+            "matches" => {
+                let input = STRING_TRAVERSAL * (1.0 + len(&receiver));
+                let pattern = REGEX_LENGTH * len(&arg(0));
+                ((1.0 + input) * (1.0 + pattern), Size::Scalar)
+            }
+            "lowerAscii" | "upperAscii" | "trim" | "reverse" | "substring" => {
+                (traverse(len(&receiver)), Size::Str(len(&receiver)))
+            }
+            "charAt" => (traverse(len(&receiver)), Size::Str(4.0)),
+            "quote" => {
+                let n = len(&receiver);
+                (traverse(n), Size::Str(2.0 + 4.0 * n))
+            }
+            "replace" => {
+                let (n, old, new) = (len(&receiver), len(&arg(0)), len(&arg(1)));
+                // Each byte (or the gap before it, for an empty pattern) may become `new`.
+                let out = (n + 1.0) * (new + 1.0);
+                (traverse(n * old.max(1.0) + out), Size::Str(out))
+            }
+            "split" => {
+                let n = len(&receiver);
+                let size = Size::List {
+                    count: n + 1.0,
+                    elem: Box::new(Size::Str(n)),
+                    total: Some(n),
+                };
+                (traverse(n * len(&arg(0)).max(1.0)), size)
+            }
+            "join" => {
+                let count = len(&receiver);
+                let bytes = match &receiver {
+                    Size::List {
+                        total: Some(total), ..
+                    } => *total,
+                    Size::List { elem, .. } => count * len(elem),
+                    _ => self.inputs.ceiling,
+                };
+                let out = bytes + count * len(&arg(0));
+                (traverse(out), Size::Str(out))
+            }
+            "format" => (traverse(len(&receiver) + len(&arg(0))), Size::Unknown),
+            "string" | "bytes" => (
+                traverse(len(&receiver)),
+                Size::Str(len(&receiver).max(32.0)),
+            ),
+            _ => (1.0, scalar_or_unknown(function)),
+        }
+    }
+}
+
+/// Whether `expr` is a comprehension's accumulator: cel-rust names them with a leading `@`,
+/// which no variable an expression declares can have.
+fn accumulator(expr: &IdedExpr) -> bool {
+    matches!(&expr.expr, Expr::Ident(name) if name.starts_with('@'))
+}
+
+fn literal_size(literal: &LiteralValue) -> Size {
+    match literal {
+        LiteralValue::String(s) => Size::Str(s.inner().len() as f64),
+        LiteralValue::Bytes(b) => Size::Str(b.inner().len() as f64),
+        _ => Size::Scalar,
+    }
+}
+
+/// The result of a function the model does not price beyond 1: a bool or a number for those
+/// known to return one, anything otherwise.
+fn scalar_or_unknown(function: &str) -> Size {
+    match function {
+        operators::LOGICAL_NOT
+        | operators::NOT_STRICTLY_FALSE
+        | operators::NEGATE
+        | operators::SUBSTRACT
+        | operators::MULTIPLY
+        | operators::DIVIDE
+        | operators::MODULO
+        | "size"
+        | "int"
+        | "uint"
+        | "double"
+        | "bool"
+        | "type"
+        | "hasValue" => Size::Scalar,
+        _ => Size::Unknown,
+    }
+}
+
+#[cfg(test)]
+mod tests;
