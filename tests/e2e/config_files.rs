@@ -646,3 +646,48 @@ async fn an_error_in_a_file_names_the_file_and_the_field() {
         done.stderr
     );
 }
+
+/// A condition whose worst case (the largest review the proxy can build) costs more than
+/// kube-apiserver's static limit, 10,000,000, is refused at load by the server and by
+/// check-config alike, naming the file, the field, the cost and the limit.
+#[tokio::test]
+async fn a_condition_over_the_estimated_cost_limit_is_refused_at_load() {
+    let files = Files::new("cel-cost").await;
+    let quadratic = "request.groups.all(g, request.groups.exists(h, h == g))";
+    let path = files.write(
+        "costly.yaml",
+        &format!(
+            "{AUTHORIZATION_HEADER}authorizers:\n{}",
+            files.webhook(
+                "3s",
+                &format!(
+                    "      matchConditionSubjectAccessReviewVersion: v1\n      matchConditions:\n        \
+                     - expression: \"{quadratic}\"\n"
+                ),
+            )
+        ),
+    );
+    let mut flags = vec!["--upstream=http://127.0.0.1:10255".to_owned()];
+    flags.extend(files.file_flags());
+    flags.push(format!("--authorization-config={path}"));
+
+    let checked = files.check("check-config", &flags).await;
+    let served = run(&files.dir, "serve", &flags).await;
+    for (what, done) in [("check-config", checked), ("server", served)] {
+        assert_eq!(done.status.code(), Some(2), "{what}: {}", done.stderr);
+        let line = done.stderr.trim_end();
+        assert!(!line.contains('\n'), "{what}: one line expected:\n{line}");
+        for expected in [
+            "--authorization-config",
+            path.as_str(),
+            &format!("webhook.matchConditions[0].expression \"{quadratic}\": estimated cost "),
+            "exceeds the limit 10000000 for the largest review",
+            "iterate over request.groups or request.extra once",
+        ] {
+            assert!(
+                line.contains(expected),
+                "{what}: {expected:?} not in {line:?}"
+            );
+        }
+    }
+}

@@ -3,8 +3,8 @@
 //! webhook at all and the exact SubjectAccessReview bodies those send (the examples of the
 //! Kubernetes authorization documentation: skip the nodes, ask only about `nodes/proxy`), an
 //! evaluation error answered by the failure policy (Deny: the kubelet's 500; NoOpinion: the next
-//! authorizer decides), the metrics, `explain` showing each condition's result, and the example
-//! of docs/OPERATIONS.md.
+//! authorizer decides), a condition over the cost limit on one review answered the same way, the
+//! metrics, `explain` showing each condition's result, and the example of docs/OPERATIONS.md.
 
 use http::StatusCode;
 use serde_json::{Value, json};
@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::manifests::{file, read};
 use crate::support::TempDir;
 use crate::support::answers::assert_authorization_error;
-use crate::support::apiserver::{ApiServer, Flavour, Verdict};
+use crate::support::apiserver::{ApiServer, Flavour, TokenUser, Verdict};
 use crate::support::client::Identity;
 use crate::support::harness::{Harness, NODE_NAME, ProxySpec};
 use crate::support::pki::{CertSpec, sha256_hex};
@@ -191,6 +191,87 @@ async fn an_evaluation_error_follows_the_failure_policy() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(api.access_reviews().len(), 1, "no review for bob");
     assert_eq!(h.metric(ERRORS, &[("name", "lenient")]).await, 1.0);
+}
+
+/// A deny list, linear in the groups: within the load limit for the largest review, over the
+/// per-call limit (1,000,000) for a user of 50,000 groups (26 a group).
+const DENY_LIST: &str =
+    "request.groups.all(g, !(g in ['a', 'b', 'c', 'd', 'e', 'f', 'g', 'h', 'i', 'j']))";
+/// The cost limit error for a user of 50,000 groups: 26 a group, 3 for the rest.
+const OVER_THE_LIMIT: &str =
+    "operation cancelled: actual cost limit exceeded (cost 1300003, limit 1000000)";
+
+/// 50,000 groups, about 400 KB of TokenReview answer, within the proxy's 1 MiB.
+fn many_groups() -> Vec<String> {
+    (0..50_000).map(|i| format!("g{i}")).collect()
+}
+
+#[tokio::test]
+async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
+    let api = ApiServer::start().await;
+    api.set_rules(|_| Verdict::allow());
+    let groups = many_groups();
+    let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
+    api.add_token("many-groups", TokenUser::new("dave").groups(&groups));
+    api.add_token("few-groups", TokenUser::new("erin").groups(&["ops"]));
+    let start = |dir: &TempDir, failure_policy: &str, name: &str| {
+        let config = authorization_config(
+            dir,
+            &format!(
+                "{}  - {{type: AlwaysAllow, name: allow}}\n",
+                webhook(&api, name, failure_policy, &[DENY_LIST])
+            ),
+        );
+        ProxySpec::new(&[
+            "--authentication-token-webhook",
+            &format!("--authorization-config={config}"),
+        ])
+        .apiserver(&api)
+        .start()
+    };
+
+    // Deny: the condition is not evaluated for dave, the error stops the chain before the
+    // AlwaysAllow after it (the kubelet's 500) and no review is sent.
+    let dir = TempDir::new("match-conditions-cost-deny");
+    let h = start(&dir, "Deny", "strict").await;
+    let reply = h.anonymous().get_with_token("/pods", "many-groups").await;
+    assert_authorization_error(&reply, "dave", "get", "pods");
+    assert_eq!(api.access_reviews(), Vec::<Value>::new());
+    assert_eq!(h.metric(ERRORS, &[("name", "strict")]).await, 1.0);
+    // A user with few groups costs little: the condition is true and the webhook allows.
+    let reply = h.anonymous().get_with_token("/pods", "few-groups").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(api.access_reviews().len(), 1);
+    assert_eq!(api.access_reviews()[0]["user"], "erin");
+
+    // NoOpinion: the error is set aside and the AlwaysAllow after it decides.
+    let dir = TempDir::new("match-conditions-cost-no-opinion");
+    let h = start(&dir, "NoOpinion", "lenient").await;
+    let reply = h.anonymous().get_with_token("/pods", "many-groups").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    assert_eq!(api.access_reviews().len(), 1, "no review for dave");
+    assert_eq!(h.metric(ERRORS, &[("name", "lenient")]).await, 1.0);
+
+    // `explain` names the cost and the limit.
+    let mut args = vec![
+        "explain".to_owned(),
+        format!(
+            "--authorization-config={}",
+            authorization_config(&dir, &webhook(&api, "strict", "Deny", &[DENY_LIST]))
+        ),
+        format!("--node-name={NODE_NAME}"),
+        "--user=dave".to_owned(),
+        "--output=json".to_owned(),
+    ];
+    args.extend(many_groups().iter().map(|g| format!("--group={g}")));
+    args.extend(["GET".to_owned(), "/pods".to_owned()]);
+    let done = run(&dir, "explain-cost", &args).await;
+    let e: Value = serde_json::from_str(&done.stdout).unwrap_or_else(|_| panic!("{}", done.stderr));
+    let conditions = &e["attributes"][0]["answers"][0]["matchConditions"];
+    assert_eq!(
+        conditions,
+        &json!([{"expression": DENY_LIST, "result": "error", "error": OVER_THE_LIMIT}]),
+    );
 }
 
 #[tokio::test]
