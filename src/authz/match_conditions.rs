@@ -354,9 +354,13 @@ impl MatchConditions {
         spec: &SubjectAccessReviewSpec,
         mut observe: impl FnMut(ConditionTrace<'_>),
     ) -> Match {
-        let mut context = Context::with_env(Arc::clone(&ENV));
-        context.add_variable_as_val(REQUEST, Box::new(request_value(spec)));
-        // The sizes of this review, measured only if a condition could pass the limit.
+        // The CEL value of the review, built only if a condition is run; its sizes, measured
+        // only if a condition could pass the limit.
+        let context = LazyCell::new(|| {
+            let mut context = Context::with_env(Arc::clone(&ENV));
+            context.add_variable_as_val(REQUEST, Box::new(request_value(spec)));
+            context
+        });
         let inputs = LazyCell::new(|| Inputs::of(spec));
         let mut errors = Vec::new();
         let mut skipped = false;
@@ -388,7 +392,11 @@ impl MatchConditions {
 impl Condition {
     /// The result on the review in `context`, whose sizes `inputs` gives; not run when its cost
     /// on this review would pass [`PER_CALL_LIMIT`].
-    fn evaluate(&self, context: &Context<'_, '_>, inputs: &Inputs) -> ConditionResult {
+    fn evaluate<'c>(
+        &self,
+        context: &LazyCell<Context<'c, 'c>, impl FnOnce() -> Context<'c, 'c>>,
+        inputs: &Inputs,
+    ) -> ConditionResult {
         if self.estimate > PER_CALL_LIMIT {
             let cost = cost(self.program.expression(), inputs);
             if cost > PER_CALL_LIMIT {
@@ -398,7 +406,7 @@ impl Condition {
                 });
             }
         }
-        match self.program.execute(context) {
+        match self.program.execute(LazyCell::force(context)) {
             Ok(Value::Bool(true)) => ConditionResult::True,
             Ok(Value::Bool(false)) => ConditionResult::False,
             Ok(other) => ConditionResult::Error(EvaluationError::NotBool {
