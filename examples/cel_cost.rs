@@ -6,7 +6,14 @@
 //! proxy's `MatchConditions`: refused at load, refused on the review before it runs, or run
 //! after its cost is computed.
 //!
-//! `cargo run --release --example cel_cost`
+//! `cargo run --release --example cel_cost`; medians on a shared 2-core host:
+//!
+//! | condition | before | after |
+//! |---|---|---|
+//! | quadratic, 1,000 groups | 324 ms | refused at load (estimated 855,176,281,386) |
+//! | deny list, 50,000 groups | 67.6 ms | 0.18 ms, refused before evaluation (cost 1,300,003) |
+//! | ordinary, not priced, 20 groups | 2.29 µs | 2.47 µs |
+//! | ordinary, priced, 20 groups | 12.27 µs | 12.95 µs |
 
 use std::hint::black_box;
 use std::sync::Arc;
