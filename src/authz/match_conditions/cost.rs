@@ -263,8 +263,18 @@ impl Inputs {
 /// The cost of `expr` for inputs of the sizes `inputs` gives, rounded up to a whole number.
 pub(super) fn cost(expr: &IdedExpr, inputs: &Inputs) -> u64 {
     let (cost, _) = Model { inputs }.walk(expr, &mut Vec::new());
-    // `as` saturates: an astronomical estimate is u64::MAX.
+    if cost.is_nan() {
+        // Not reachable by the arithmetic below (see `times`), and never a pass if it were.
+        return u64::MAX;
+    }
+    // `as` saturates: an astronomical (or infinite) estimate is u64::MAX.
     cost.ceil() as u64
+}
+
+/// `n` iterations costing `each`: none cost nothing, even when each would cost an infinity
+/// (deep nesting over the largest review overflows f64), so that no NaN arises.
+fn times(n: f64, each: f64) -> f64 {
+    if n == 0.0 { 0.0 } else { n * each }
 }
 
 /// The cost model walking one expression.
@@ -366,30 +376,18 @@ impl Model<'_> {
                     _ => (Size::Unknown, None, Size::Unknown),
                 };
                 // A list accumulator (`map()`, `filter()`) ends with at most one element per
-                // iteration more than it starts with.
-                let accumulator = match init.clone() {
+                // iteration more than it starts with; its elements are the step's.
+                let accumulator = match &init {
                     Size::List {
-                        count: start,
-                        elem: first,
-                        ..
-                    } => {
-                        let depth = scope.len();
-                        scope.push((&c.iter_var, elem.clone()));
-                        scope.push((&c.accu_var, init));
-                        let (_, step) = self.walk(&c.loop_step, scope);
-                        scope.truncate(depth);
-                        let elem = match step {
-                            Size::List { elem, .. } => first.max(*elem),
-                            _ => Size::Unknown,
-                        };
-                        Size::List {
-                            count: start + count,
-                            elem: Box::new(elem),
-                            total: None,
-                        }
-                    }
-                    other => other,
+                        count: start, elem, ..
+                    } => Size::List {
+                        count: start + count,
+                        elem: elem.clone(),
+                        total: None,
+                    },
+                    other => other.clone(),
                 };
+                // Each walk of the loop: its cost and the size of the step's result.
                 let iteration = |model: &Self, elem: Size, scope: &mut Vec<(&'e str, Size)>| {
                     let depth = scope.len();
                     scope.push((&c.iter_var, elem));
@@ -397,18 +395,39 @@ impl Model<'_> {
                         scope.push((second, value.clone()));
                     }
                     scope.push((&c.accu_var, accumulator.clone()));
-                    let cost =
-                        model.walk(&c.loop_cond, scope).0 + model.walk(&c.loop_step, scope).0;
+                    let (step_cost, step) = model.walk(&c.loop_step, scope);
+                    let cost = model.walk(&c.loop_cond, scope).0 + step_cost;
                     scope.truncate(depth);
-                    cost
+                    (cost, step)
                 };
-                let loop_cost = match (total, &elem) {
-                    (Some(total), Size::Str(_)) => {
-                        let empty = iteration(self, Size::Str(0.0), scope);
-                        let whole = iteration(self, Size::Str(total), scope);
-                        count * empty + (whole - empty)
+                // The bound by the total length walks the loop twice: only for a comprehension
+                // outside any other, so that the walks stay linear in the expression's size.
+                let (loop_cost, step) = match (total, &elem) {
+                    (Some(total), Size::Str(_)) if scope.is_empty() => {
+                        let (empty, _) = iteration(self, Size::Str(0.0), scope);
+                        let (whole, step) = iteration(self, Size::Str(total), scope);
+                        // `whole - empty` with both infinite would be NaN.
+                        let growth = if whole.is_finite() {
+                            (whole - empty).max(0.0)
+                        } else {
+                            f64::INFINITY
+                        };
+                        (times(count, empty) + growth, step)
                     }
-                    _ => count * iteration(self, elem, scope),
+                    _ => {
+                        let (each, step) = iteration(self, elem, scope);
+                        (times(count, each), step)
+                    }
+                };
+                let accumulator = match (accumulator, step) {
+                    (Size::List { count, elem, .. }, Size::List { elem: added, .. }) => {
+                        Size::List {
+                            count,
+                            elem: Box::new(elem.max(*added)),
+                            total: None,
+                        }
+                    }
+                    (accumulator, _) => accumulator,
                 };
                 let depth = scope.len();
                 scope.push((&c.accu_var, accumulator));
