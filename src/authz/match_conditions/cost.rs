@@ -16,8 +16,8 @@
 //! Unlike cel-go, which prices `a && b` as both sides only at load, the cost before evaluation
 //! is the worst case for the review's sizes: no short-circuit is assumed.
 //!
-//! A comprehension over a list of strings whose total length is known (`request.groups`, the
-//! keys of `request.extra`) is priced with that total: the elements' lengths add up to it, so
+//! A comprehension outside any other, over a list of strings whose total length is known
+//! (`request.groups`, the keys of `request.extra`), is priced with that total: the elements' lengths add up to it, so
 //! the loop costs at most `n × loop(empty) + loop(total) − loop(empty)` (the costs grow with a
 //! length at least linearly, so the sum over elements is at most the cost at the sum). A
 //! `map()` or `filter()` accumulator grows by appending in place (cel-rust's `AppendStep`), so
