@@ -229,7 +229,8 @@ impl Pipeline {
     }
 
     /// Records the request's audit event: at `ResponseComplete`, or for an upgraded `stream` at
-    /// `ResponseStarted`, returning the event to record again when the session ends.
+    /// `ResponseStarted`, returning the event to record again when the session ends. The audit
+    /// policy decides first which of these stages are written; the flood rules apply after it.
     fn record(
         &self,
         audit: &AuditLog,

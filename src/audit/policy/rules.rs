@@ -14,34 +14,49 @@ const SCAN_UP_TO: usize = 8;
 /// A list of names from the file (users, groups, verbs, namespaces, resource names), matched
 /// exactly: kube-apiserver's audit policy has no wildcard in these.
 #[derive(Debug)]
-pub(super) enum Names {
+pub(super) struct Names {
+    /// Bit `n` set when a name is `n` bytes long (bit 63: 63 or more): most names asked about
+    /// (a caller's hundreds of groups) are ruled out by their length alone, before any compare
+    /// or hash.
+    lengths: u64,
+    list: List,
+}
+
+#[derive(Debug)]
+enum List {
     /// Short: compared one by one, quicker than hashing.
     Few(Box<[Box<str>]>),
     /// Long: hashed.
     Many(HashSet<Box<str>>),
 }
 
+fn length_bit(name: &str) -> u64 {
+    1 << name.len().min(63)
+}
+
 impl Names {
     pub(super) fn new(names: Vec<String>) -> Names {
-        if names.len() <= SCAN_UP_TO {
-            Names::Few(names.into_iter().map(String::into_boxed_str).collect())
+        let lengths = names.iter().fold(0, |bits, name| bits | length_bit(name));
+        let list = if names.len() <= SCAN_UP_TO {
+            List::Few(names.into_iter().map(String::into_boxed_str).collect())
         } else {
-            Names::Many(names.into_iter().map(String::into_boxed_str).collect())
-        }
+            List::Many(names.into_iter().map(String::into_boxed_str).collect())
+        };
+        Names { lengths, list }
     }
 
     /// Whether the list is empty: the field does not constrain the rule.
     pub(super) fn is_empty(&self) -> bool {
-        match self {
-            Names::Few(names) => names.is_empty(),
-            Names::Many(names) => names.is_empty(),
-        }
+        self.lengths == 0
     }
 
     pub(super) fn contains(&self, name: &str) -> bool {
-        match self {
-            Names::Few(names) => names.iter().any(|n| &**n == name),
-            Names::Many(names) => names.contains(name),
+        if self.lengths & length_bit(name) == 0 {
+            return false;
+        }
+        match &self.list {
+            List::Few(names) => names.iter().any(|n| &**n == name),
+            List::Many(names) => names.contains(name),
         }
     }
 }

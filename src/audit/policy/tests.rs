@@ -404,3 +404,18 @@ fn lint_names_rules_that_would_omit_acts() {
     assert!(lint("- level: None\n  verbs: [get]\n- level: Metadata\n").is_empty());
     assert!(lint("- level: None\n  resources: [{group: \"\", resources: [nodes/metrics, nodes/stats]}]\n- level: Metadata\n").is_empty());
 }
+
+#[test]
+fn long_lists_and_names_of_any_length_match_exactly() {
+    let long = "g".repeat(70);
+    let mut groups: Vec<String> = (0..20).map(|i| format!("team-{i:02}")).collect();
+    groups.push(long.clone());
+    groups.push(String::new());
+    let names = rules::Names::new(groups);
+    assert!(names.contains("team-07") && names.contains(&long) && names.contains(""));
+    assert!(!names.contains("team-7") && !names.contains(&"g".repeat(64)));
+    assert!(!names.contains("team-20"));
+    assert!(rules::Names::new(Vec::new()).is_empty());
+    let few = rules::Names::new(vec!["a".to_owned(), "bb".to_owned()]);
+    assert!(few.contains("bb") && !few.contains("b") && !few.contains("cc"));
+}
