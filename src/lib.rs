@@ -49,7 +49,8 @@
 //!   it, in all and per user.
 //! - [`audit`]: one `audit.k8s.io/v1` event per request (`event`, `json`, `writer`, `rotate`),
 //!   written off the request path, each bounded in size; refusals before authentication sampled
-//!   ([`audit::refusals`]).
+//!   ([`audit::refusals`]); which events are written at all decided by an `audit.k8s.io/v1`
+//!   policy ([`audit::policy`], `--audit-policy-file`), never losing an act ([`audit::acts`]).
 //! - [`config`]: flags and files → validated [`config::Settings`], reading files and nothing
 //!   else (`check-config` stops there).
 //! - [`startup`]: [`startup::assemble`] builds the running services from the settings (API

@@ -10,6 +10,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
+use crate::audit::policy::OmittedEvents;
+
 /// What the proxy decided about a request.
 /// Serialized (for `explain`'s JSON document) in camel case, `Allowed` as `forwarded` and
 /// `Redirected` as `redirect`, the spelling that document has always used.
@@ -207,6 +209,13 @@ impl EncodeLabelValue for ReloadResult {
     }
 }
 
+/// Labels of audit events an audit policy omitted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct AuditOmittedLabels {
+    /// `no_rule`, `level_none` or `omitted_stage`.
+    pub reason: &'static str,
+}
+
 /// Labels of failures to reach the kubelet.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct UpstreamErrorLabels {
@@ -280,6 +289,7 @@ pub struct Metrics {
     refreshes_ahead: Family<RefreshLabels, Counter>,
     audit_dropped: Counter,
     audit_suppressed: Counter,
+    audit_omitted: Family<AuditOmittedLabels, Counter>,
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
     match_condition_errors: Family<AuthorizerLabels, Counter>,
     generation: crate::admin::generation::Generation,
@@ -429,6 +439,12 @@ impl Metrics {
             "Audit events of requests refused before authentication not written: beyond 20 a second",
             audit_suppressed.clone(),
         );
+        let audit_omitted = Family::<AuditOmittedLabels, Counter>::default();
+        registry.register(
+            "audit_events_omitted",
+            "Audit events --audit-policy-file left out, by reason: no_rule (no rule matched: level None), level_none (the matching rule's level is None), omitted_stage (the rule's omitStages)",
+            audit_omitted.clone(),
+        );
         let match_condition_exclusions = Family::<AuthorizerLabels, Counter>::default();
         registry.register(
             "authorization_match_condition_exclusions",
@@ -468,6 +484,7 @@ impl Metrics {
             refreshes_ahead,
             audit_dropped,
             audit_suppressed,
+            audit_omitted,
             match_condition_exclusions,
             match_condition_errors,
         }
@@ -565,6 +582,21 @@ impl Metrics {
     /// The counter of suppressed audit events of refused, unauthenticated requests.
     pub fn audit_suppressed(&self) -> Counter {
         self.audit_suppressed.clone()
+    }
+
+    /// The counters of audit events `--audit-policy-file` omits, one per reason, created now so
+    /// counting takes no lock.
+    pub fn audit_omitted(&self) -> OmittedEvents {
+        let reason = |reason| {
+            self.audit_omitted
+                .get_or_create(&AuditOmittedLabels { reason })
+                .clone()
+        };
+        OmittedEvents {
+            no_rule: reason("no_rule"),
+            level_none: reason("level_none"),
+            omitted_stage: reason("omitted_stage"),
+        }
     }
 
     /// The open-connections gauge: every client connection, upgraded sessions included, counted

@@ -11,6 +11,7 @@ use jiff::tz::Offset;
 pub mod acts;
 mod event;
 mod json;
+pub mod policy;
 pub mod refusals;
 mod rotate;
 mod writer;

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 
 use super::event::AuditEvent;
 use super::json::{encode_bounded, encode_line};
+use super::policy::{PolicyGate, PolicyRequest, Stages};
 use super::rotate::{Fit, RotatingFile, Rotation};
 
 /// Events waiting for the writer. Beyond this the writer is far behind and events are dropped
@@ -109,6 +110,8 @@ pub struct AuditLog {
     healthy: Arc<AtomicBool>,
     /// Never sent on: the writer thread drops its sender when it ends, which wakes `close`.
     pub(super) writer_done: watch::Receiver<()>,
+    /// `--audit-policy-file`: which events are written; `None` writes every one.
+    policy: Option<Arc<PolicyGate>>,
 }
 
 impl AuditLog {
@@ -159,7 +162,25 @@ impl AuditLog {
             dropped,
             healthy,
             writer_done,
+            policy: None,
         })
+    }
+
+    /// This log, writing only the events `policy` keeps.
+    pub fn with_policy(self, policy: PolicyGate) -> AuditLog {
+        AuditLog {
+            policy: Some(Arc::new(policy)),
+            ..self
+        }
+    }
+
+    /// The stages of `request`'s events to record ([`PolicyGate::stages_kept`]); every stage
+    /// without a policy.
+    pub fn stages_kept(&self, request: &PolicyRequest<'_>, acts: bool, stream: bool) -> Stages {
+        match &self.policy {
+            Some(policy) => policy.stages_kept(request, acts, stream),
+            None => Stages::ALL,
+        }
     }
 
     /// Whether an event recorded now would be written: the queue has room and the last write

@@ -1,12 +1,14 @@
-//! The audit log (`--audit-log-path` and its rotation and truncation flags), checked without
-//! creating, writing or removing anything.
+//! The audit log (`--audit-log-path`, its rotation and truncation flags, its policy), checked
+//! without creating, writing or removing anything.
 
 use std::path::PathBuf;
 
-use super::ConfigError;
+use super::audit_policy::audit_policy;
 use super::error::file_cause;
 use super::flags::ProxyFlags;
 use super::warnings::Warning;
+use super::{AuthorizationSettings, ConfigError};
+use crate::audit::policy::AuditPolicy;
 use crate::audit::{self, AuditOptions, AuditTarget, Rotation};
 
 /// The audit log, checked but not opened.
@@ -17,6 +19,8 @@ pub struct AuditSettings {
     pub options: AuditOptions,
     /// `--audit-log-path` as given, for errors.
     pub path: PathBuf,
+    /// `--audit-policy-file`: which events are written; `None` writes every one.
+    pub policy: Option<AuditPolicy>,
 }
 
 /// Checks `--audit-log-path` and its rotation and truncation flags without creating, writing or
@@ -24,8 +28,10 @@ pub struct AuditSettings {
 /// a regular file.
 pub(super) fn audit_settings(
     flags: &ProxyFlags,
+    authorization: Option<&AuthorizationSettings>,
     warnings: &mut Vec<Warning>,
 ) -> Result<Option<AuditSettings>, ConfigError> {
+    let policy = audit_policy(flags, authorization, warnings)?;
     let Some(path) = &flags.audit_log_path else {
         return Ok(None);
     };
@@ -56,5 +62,6 @@ pub(super) fn audit_settings(
                 .then_some(flags.audit_log_truncate_max_event_size as usize),
         },
         path: path.clone(),
+        policy,
     }))
 }

@@ -286,6 +286,12 @@ pub struct ProxyFlags {
           require_equals = true, default_missing_value = "true", help_heading = "Operations")]
     pub audit_log_require_for_streams: bool,
 
+    /// Which audit events are written: an audit.k8s.io/v1 Policy as kube-apiserver reads it
+    /// (levels None and Metadata, omitStages); requests no rule matches are not recorded, acts
+    /// (exec, attach, portForward, run, checkpoint, writes) always are. Default: every request.
+    #[arg(long, value_name = "FILE", help_heading = "Operations")]
+    pub audit_policy_file: Option<PathBuf>,
+
     /// The proxy's configuration file (kind ProxyConfiguration): every flag as a camelCase field.
     /// Flags given on the command line override it.
     #[arg(long, value_name = "FILE", help_heading = "Operations")]

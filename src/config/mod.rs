@@ -7,6 +7,7 @@
 //! settings into the running services.
 
 mod audit_log;
+mod audit_policy;
 pub mod authorization;
 mod authorizers;
 pub mod duration;
@@ -168,7 +169,10 @@ impl Settings {
                 &mut notes,
             ));
         }
-        let audit = keep(&mut errors, audit_settings(flags, &mut warnings));
+        let audit = keep(
+            &mut errors,
+            audit_settings(flags, authorization.as_ref(), &mut warnings),
+        );
         if let Some(path) = &flags.handover_socket
             && let Err(e) = crate::server::handover_socket::check_directory(path)
         {

@@ -22,6 +22,7 @@ use tracing::{debug, warn};
 
 use crate::admin::metrics::{Metrics, Outcome, RequestLabels};
 use crate::admin::reports::Reports;
+use crate::audit::policy::{PolicyRequest, Stages};
 use crate::audit::refusals::RefusalSampler;
 use crate::audit::{
     AuditEvent, AuditId, AuditLog, Authorization as AuditAuthorization, ObjectRef, Stage,
@@ -228,7 +229,8 @@ impl Pipeline {
     }
 
     /// Records the request's audit event: at `ResponseComplete`, or for an upgraded `stream` at
-    /// `ResponseStarted`, returning the event to record again when the session ends.
+    /// `ResponseStarted`, returning the event to record again when the session ends. The audit
+    /// policy decides first which of these stages are written; the flood rules apply after it.
     fn record(
         &self,
         audit: &AuditLog,
@@ -239,6 +241,16 @@ impl Pipeline {
     ) -> Option<(AuditLog, AuditEvent)> {
         if let Ok(id) = HeaderValue::from_str(&start.id.to_string()) {
             handled.response.headers_mut().insert(AUDIT_ID, id);
+        }
+        let policy_request = PolicyRequest {
+            user: handled.user.as_deref(),
+            verb: handled.verb,
+            object_ref: handled.object_ref.as_ref(),
+            path: start.request_uri.path(),
+        };
+        let kept = audit.stages_kept(&policy_request, handled.acts, stream);
+        if kept == Stages::NONE {
+            return None;
         }
         let event = AuditEvent {
             id: start.id,
@@ -261,8 +273,11 @@ impl Pipeline {
         if !handled.acts && event.user.is_none() && !self.audit_refusals.admit() {
             return None;
         }
-        let completion = stream.then(|| (audit.clone(), event.clone()));
-        audit.record(event);
+        let completion = (stream && kept.contains(Stage::ResponseComplete))
+            .then(|| (audit.clone(), event.clone()));
+        if kept.contains(event.stage) {
+            audit.record(event);
+        }
         completion
     }
 

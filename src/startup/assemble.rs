@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::admin::metrics::Metrics;
 use crate::apiserver::{ApiServerClient, ApiServerSettings};
 use crate::audit::AuditLog;
+use crate::audit::policy::PolicyGate;
 use crate::authn::Authenticator;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::X509Authenticator;
@@ -102,14 +103,19 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
     let forwarder = forwarder(settings.upstream, &metrics, &shutdown);
     let audit = match settings.audit {
         Some(audit) => Some(
-            AuditLog::open(audit.target, audit.options, metrics.audit_dropped()).map_err(|e| {
-                ConfigError::File {
+            AuditLog::open(audit.target, audit.options, metrics.audit_dropped())
+                .map(|log| match audit.policy {
+                    Some(policy) => {
+                        log.with_policy(PolicyGate::new(policy, metrics.audit_omitted()))
+                    }
+                    None => log,
+                })
+                .map_err(|e| ConfigError::File {
                     flag: "--audit-log-path",
                     reason: format!("cannot open: {e}"),
                     path: audit.path,
                     source: Some(Box::new(e)),
-                }
-            })?,
+                })?,
         ),
         None => None,
     };

@@ -12,6 +12,7 @@ mod admin;
 mod apiserver_failures;
 mod audit;
 mod audit_bounds;
+mod audit_policy;
 mod authorization;
 mod cli;
 mod config_files;
