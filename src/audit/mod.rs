@@ -15,7 +15,8 @@ pub mod refusals;
 mod rotate;
 mod writer;
 
-pub use event::{AuditEvent, AuditId, AuditIdError, Authorization, ObjectRef, Stage};
+pub use event::{AuditEvent, AuditId, AuditIdError, Authorization, ObjectRef, Stage, Suppressed};
+pub use json::MIN_EVENT_BOUND;
 pub use rotate::Rotation;
 pub use writer::{AuditLog, AuditOptions, AuditTarget, check_file_target};
 

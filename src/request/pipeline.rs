@@ -257,6 +257,7 @@ impl Pipeline {
             request_received: start.received,
             stage_timestamp: SystemTime::now(),
             authorization: handled.authorization.take(),
+            suppressed: None,
         };
         if !handled.acts && event.user.is_none() && !self.audit_refusals.admit() {
             return None;
