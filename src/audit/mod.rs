@@ -9,10 +9,11 @@ use jiff::civil::DateTime;
 use jiff::tz::Offset;
 
 pub mod acts;
+pub mod budget;
 mod event;
 mod json;
-pub mod refusals;
 mod rotate;
+mod summary;
 mod writer;
 
 pub use event::{AuditEvent, AuditId, AuditIdError, Authorization, ObjectRef, Stage, Suppressed};

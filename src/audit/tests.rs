@@ -33,6 +33,7 @@ fn rotating(rotation: Rotation) -> AuditOptions {
     AuditOptions {
         rotation,
         max_event_size: None,
+        flood_retention: None,
     }
 }
 

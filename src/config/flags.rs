@@ -286,6 +286,13 @@ pub struct ProxyFlags {
           require_equals = true, default_missing_value = "true", help_heading = "Operations")]
     pub audit_log_require_for_streams: bool,
 
+    /// How long the kept audit files must reach back under the worst flood: audit bytes of each
+    /// identity and of all together are budgeted so that --audit-log-maxsize ×
+    /// --audit-log-maxbackup bytes last this long; events beyond are counted and summarized, never
+    /// those of exec, attach, portForward or writes. 0 turns the budget off (warned about).
+    #[arg(long, value_name = "DURATION", default_value = "12h0m0s", value_parser = parse_go_duration, help_heading = "Operations")]
+    pub audit_log_flood_retention: Duration,
+
     /// The proxy's configuration file (kind ProxyConfiguration): every flag as a camelCase field.
     /// Flags given on the command line override it.
     #[arg(long, value_name = "FILE", help_heading = "Operations")]

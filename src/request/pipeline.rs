@@ -22,7 +22,6 @@ use tracing::{debug, warn};
 
 use crate::admin::metrics::{Metrics, Outcome, RequestLabels};
 use crate::admin::reports::Reports;
-use crate::audit::refusals::RefusalSampler;
 use crate::audit::{
     AuditEvent, AuditId, AuditLog, Authorization as AuditAuthorization, ObjectRef, Stage,
 };
@@ -40,8 +39,6 @@ pub struct Pipeline {
     decider: Decider,
     metrics: Arc<Metrics>,
     audit: Option<AuditLog>,
-    /// Admits the audit events of requests refused before authentication at a bounded rate.
-    audit_refusals: RefusalSampler,
     /// Refuse exec, attach and portForward while their audit event cannot be written.
     audit_require_for_streams: bool,
     /// Upstream failures reported at warning level: once per cause per minute.
@@ -68,7 +65,6 @@ impl Pipeline {
         Pipeline {
             authenticator,
             decider,
-            audit_refusals: RefusalSampler::new(metrics.audit_suppressed()),
             metrics,
             audit,
             audit_require_for_streams,
@@ -259,11 +255,8 @@ impl Pipeline {
             authorization: handled.authorization.take(),
             suppressed: None,
         };
-        if !handled.acts && event.user.is_none() && !self.audit_refusals.admit() {
-            return None;
-        }
         let completion = stream.then(|| (audit.clone(), event.clone()));
-        audit.record(event);
+        audit.submit(event, handled.acts);
         completion
     }
 
