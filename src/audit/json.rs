@@ -469,11 +469,14 @@ pub(super) fn encode_json(event: &EventJson<'_>, out: &mut Vec<u8>) -> serde_jso
     Ok(())
 }
 
+/// The URI is cut no shorter than this before `extra`, groups and the User-Agent are: an exec's
+/// command is in its query.
+pub(super) const URI_FLOOR: usize = 1024;
 /// Room kept for the annotations a cut adds.
 const CUT_ANNOTATION_ROOM: usize = 160;
 
 /// Writes `event` into `out` (cleared first) as one line of at most `max_bytes`. A longer event
-/// is cut step by step until it fits: its `requestURI` (as kube-apiserver's
+/// is cut step by step until it fits: its `requestURI` down to [`URI_FLOOR`] (as kube-apiserver's
 /// `--audit-log-truncate-max-event-size` does with request bodies), then `user.extra`, then the
 /// trailing `user.groups`, then the User-Agent, and last to its minimal form; each cut annotated.
 /// An event is never dropped for its size: the only error is a bound below the minimal form's,
@@ -497,8 +500,9 @@ pub(super) fn encode_bounded(
         .path_and_query()
         .map_or(0, |pq| pq.as_str().len());
     let excess = out.len() - max_bytes + TRUNCATED.len() + TRUNCATION_OVERHEAD;
-    if uri_len > 0 {
-        cut.uri = Some(uri_len.saturating_sub(excess));
+    if uri_len > URI_FLOOR {
+        // What a request asked for is cut no shorter than the floor while other fields can go.
+        cut.uri = Some(uri_len.saturating_sub(excess).max(URI_FLOOR));
         encode(cut, out)?;
         if out.len() <= max_bytes {
             return Ok(());
