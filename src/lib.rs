@@ -47,8 +47,9 @@
 //!   and portForward only, one task owning each session), and the bound on requests in flight to
 //!   it, in all and per user.
 //! - [`audit`]: one `audit.k8s.io/v1` event per request (`event`, `json`, `writer`, `rotate`),
-//!   written off the request path, each bounded in size; refusals before authentication sampled
-//!   ([`audit::refusals`]).
+//!   written off the request path, each bounded in size (cut, never dropped); a byte budget per
+//!   identity and overall keeps floods from rotating earlier events out ([`audit::budget`],
+//!   `summary`), never for requests that act ([`audit::acts`]).
 //! - [`config`]: flags and files → validated [`config::Settings`], reading files and nothing
 //!   else (`check-config` stops there).
 //! - [`startup`]: [`startup::assemble`] builds the running services from the settings (API

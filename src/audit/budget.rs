@@ -40,6 +40,8 @@ pub const SHARD_CAPACITY: usize = 64;
 /// The kept bytes assumed when rotation does not bound them: standard output, whose collector's
 /// retention the proxy cannot see, and a file never rotated or whose backups are all kept.
 pub const UNROTATED_KEPT_BYTES: u64 = 40 * 1024 * 1024;
+/// Bytes a second set aside for summary events: [`super::summary::PER_MINUTE`] of at most 1 KiB.
+pub const SUMMARY_RATE: f64 = super::summary::PER_MINUTE as f64 * 1024.0 / 60.0;
 /// One identity's share of the overall bucket and rate.
 pub const IDENTITY_SHARE: f64 = 0.25;
 
@@ -65,12 +67,15 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// burst + rate × retention = kept, with the burst a ninth of it.
+    /// burst + (rate + summaries) × retention = kept, with the burst a ninth of it: summary
+    /// events are written even when the bucket is empty, so their bytes ([`SUMMARY_RATE`]) are
+    /// set aside. The rate is never below one event of 1 KiB a minute.
     pub fn new(kept: u64, retention: Duration) -> Limits {
         let kept = kept as f64;
+        let rate = kept * 8.0 / 9.0 / retention.as_secs_f64().max(1.0) - SUMMARY_RATE;
         Limits {
             burst: kept / 9.0,
-            rate: kept * 8.0 / 9.0 / retention.as_secs_f64().max(1.0),
+            rate: rate.max(1024.0 / 60.0),
         }
     }
 
@@ -390,7 +395,7 @@ mod tests {
     #[test]
     fn the_limits_keep_the_kept_bytes_for_the_retention() {
         let limits = Limits::new(KEPT, HOUR);
-        let written = limits.burst + limits.rate * HOUR.as_secs_f64();
+        let written = limits.burst + (limits.rate + SUMMARY_RATE) * HOUR.as_secs_f64();
         assert!((written - KEPT as f64).abs() < 1.0, "{written}");
         assert_eq!(kept_bytes(true, 100, 4), 400 * 1024 * 1024);
         assert_eq!(kept_bytes(false, 100, 4), UNROTATED_KEPT_BYTES);
@@ -417,7 +422,7 @@ mod tests {
             budget.charge_at(&user("other"), event, false, start, wall),
             Admission::Write
         );
-        // An hour later the identity has its burst again (a quarter of 8 MiB an hour is more).
+        // An hour later the identity has its burst again (a quarter of 7 MiB an hour is more).
         let later = start + HOUR;
         let written = (0..1000)
             .filter(|_| {
