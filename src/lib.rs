@@ -48,9 +48,11 @@
 //!   and portForward only, one task owning each session), and the bound on requests in flight to
 //!   it, in all and per user.
 //! - [`audit`]: one `audit.k8s.io/v1` event per request (`event`, `json`, `writer`, `rotate`),
-//!   written off the request path, each bounded in size; refusals before authentication sampled
-//!   ([`audit::refusals`]); which events are written at all decided by an `audit.k8s.io/v1`
-//!   policy ([`audit::policy`], `--audit-policy-file`), never losing an act ([`audit::acts`]).
+//!   written off the request path, each bounded in size (cut, never dropped); which events are
+//!   written at all decided by an `audit.k8s.io/v1` policy ([`audit::policy`],
+//!   `--audit-policy-file`); a byte budget per identity and overall keeps floods from rotating
+//!   earlier events out ([`audit::budget`], `summary`); never for requests that act
+//!   ([`audit::acts`]).
 //! - [`config`]: flags and files → validated [`config::Settings`], reading files and nothing
 //!   else (`check-config` stops there).
 //! - [`startup`]: [`startup::assemble`] builds the running services from the settings (API

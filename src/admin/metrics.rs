@@ -82,6 +82,16 @@ pub struct RequestLabels {
     pub subresource: &'static str,
 }
 
+/// Labels of suppressed audit events: why, and whether the caller was authenticated (never who:
+/// the summary events name the identities).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct SuppressedLabels {
+    /// `budget` (the identity's own) or `overall_budget`.
+    pub reason: &'static str,
+    /// False for requests refused before authentication.
+    pub authenticated: bool,
+}
+
 /// Labels of the per-thread counters: the serving thread's index, from 0.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ThreadLabels {
@@ -288,7 +298,7 @@ pub struct Metrics {
     hold_off_until: Gauge,
     refreshes_ahead: Family<RefreshLabels, Counter>,
     audit_dropped: Counter,
-    audit_suppressed: Counter,
+    audit_suppressed: Family<SuppressedLabels, Counter>,
     audit_omitted: Family<AuditOmittedLabels, Counter>,
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
     match_condition_errors: Family<AuthorizerLabels, Counter>,
@@ -433,10 +443,10 @@ impl Metrics {
             "Audit events not written: the writer fell behind (queue full) or writing failed",
             audit_dropped.clone(),
         );
-        let audit_suppressed = Counter::default();
+        let audit_suppressed = Family::<SuppressedLabels, Counter>::default();
         registry.register(
             "audit_events_suppressed",
-            "Audit events of requests refused before authentication not written: beyond 20 a second",
+            "Audit events not written because their identity's (reason budget) or the overall (overall_budget) flood budget was spent; summary events name the identities",
             audit_suppressed.clone(),
         );
         let audit_omitted = Family::<AuditOmittedLabels, Counter>::default();
@@ -579,8 +589,8 @@ impl Metrics {
         self.audit_dropped.clone()
     }
 
-    /// The counter of suppressed audit events of refused, unauthenticated requests.
-    pub fn audit_suppressed(&self) -> Counter {
+    /// The counters of audit events kept out of the log by the flood budget.
+    pub fn audit_suppressed(&self) -> Family<SuppressedLabels, Counter> {
         self.audit_suppressed.clone()
     }
 

@@ -121,4 +121,23 @@ pub struct AuditEvent {
     pub stage_timestamp: SystemTime,
     /// The authorization outcome; `None` when the request was not authorized at all (401, 301, 400).
     pub authorization: Option<Authorization>,
+    /// Set only on a summary event: what a flood budget kept out of the log
+    /// ([`crate::audit::budget`]).
+    pub suppressed: Option<Box<Suppressed>>,
+}
+
+/// What one identity's summary event reports: its events not written, over the interval from
+/// the event's `requestReceivedTimestamp` to its `stageTimestamp`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Suppressed {
+    /// The user name; empty for requests refused before authentication, which share one budget;
+    /// `None` for the identities beyond the budget's table, which share another.
+    pub identity: Option<String>,
+    /// Events not written.
+    pub events: u64,
+    /// Their bytes as they would have been written.
+    pub bytes: u64,
+    /// Of those events, how many because the identity's own budget was spent; the rest because
+    /// the overall one was.
+    pub own_budget: u64,
 }

@@ -9,14 +9,16 @@ use jiff::civil::DateTime;
 use jiff::tz::Offset;
 
 pub mod acts;
+pub mod budget;
 mod event;
 mod json;
 pub mod policy;
-pub mod refusals;
 mod rotate;
+mod summary;
 mod writer;
 
-pub use event::{AuditEvent, AuditId, AuditIdError, Authorization, ObjectRef, Stage};
+pub use event::{AuditEvent, AuditId, AuditIdError, Authorization, ObjectRef, Stage, Suppressed};
+pub use json::MIN_EVENT_BOUND;
 pub use rotate::Rotation;
 pub use writer::{AuditLog, AuditOptions, AuditTarget, check_file_target};
 

@@ -33,6 +33,7 @@ fn rotating(rotation: Rotation) -> AuditOptions {
     AuditOptions {
         rotation,
         max_event_size: None,
+        flood_retention: None,
     }
 }
 
@@ -90,6 +91,7 @@ fn sample(uri: &str) -> AuditEvent {
         authorization: Some(Authorization::Allow(Reason::Static(
             "RBAC: allowed by ClusterRoleBinding \"node-proxier\"",
         ))),
+        suppressed: None,
     }
 }
 
@@ -350,12 +352,102 @@ fn a_long_request_uri_is_cut_to_the_event_bound_and_annotated() {
         })),
         ..sample("/pods")
     };
-    let error = encode_bounded(&huge_user, 4096, &mut out).unwrap_err();
-    assert!(
-        error
-            .to_string()
-            .contains("--audit-log-truncate-max-event-size")
+    encode_bounded(&huge_user, 4096, &mut out).unwrap();
+    let event: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        event["annotations"]["kubelet-auth-proxy.io/minimal"],
+        "true"
     );
+    assert!(out.len() <= 4096, "{} bytes", out.len());
+}
+
+/// A user with 451 groups of 40 bytes (18 KB) and long extra values.
+fn crowded_user() -> User {
+    User {
+        name: "crowded".to_owned(),
+        uid: "1".to_owned(),
+        groups: (0..451)
+            .map(|i| format!("group-{i:03}-{}", "g".repeat(30)))
+            .collect(),
+        extra: BTreeMap::from([(
+            "scopes".to_owned(),
+            vec!["s".repeat(3000), "t".repeat(3000)],
+        )]),
+    }
+}
+
+#[test]
+fn an_event_too_large_is_cut_uri_then_extra_then_groups_never_dropped() {
+    let mut out = Vec::new();
+    let event = AuditEvent {
+        user: Some(Arc::new(crowded_user())),
+        ..sample(&format!(
+            "/exec/ns/pod/ctr?command=sh&x={}",
+            "a".repeat(5000)
+        ))
+    };
+    encode_bounded(&event, 16384, &mut out).unwrap();
+    assert!(out.len() <= 16384, "{} bytes", out.len());
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    let annotations = &v["annotations"];
+    assert_eq!(annotations["audit.k8s.io/truncated"], "true");
+    assert_eq!(
+        annotations["kubelet-auth-proxy.io/extra-truncated"],
+        "2 values omitted"
+    );
+    let kept = v["user"]["groups"].as_array().unwrap().len();
+    assert!(kept > 100 && kept < 451, "{kept} groups kept");
+    assert_eq!(
+        annotations["kubelet-auth-proxy.io/groups-truncated"],
+        format!("{kept} of 451 groups kept")
+    );
+    assert_eq!(
+        v["user"]["groups"][0],
+        "group-000-gggggggggggggggggggggggggggggg"
+    );
+    assert!(v["user"].get("extra").is_none());
+    assert_eq!(v["user"]["username"], "crowded");
+    assert_eq!(v["userAgent"], "kubectl/v1.34.0 (linux/amd64)");
+    assert!(annotations.get("kubelet-auth-proxy.io/minimal").is_none());
+    // The annotations in Go's sorted order.
+    let keys: Vec<&String> = annotations.as_object().unwrap().keys().collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+}
+
+#[test]
+fn the_minimal_form_of_the_worst_event_fits_the_smallest_bound() {
+    // Every string as long as allowed and made of the character Go's encoder escapes to six bytes.
+    let worst = "<".repeat(20_000);
+    let event = AuditEvent {
+        user: Some(Arc::new(User {
+            name: worst.clone(),
+            uid: worst.clone(),
+            ..crowded_user()
+        })),
+        user_agent: Some(HeaderValue::from_str(&worst).unwrap()),
+        object_ref: Some(ObjectRef {
+            resource: "pods",
+            namespace: Some(Arc::from(worst.as_str())),
+            subresource: "exec",
+            name: Arc::from(worst.as_str()),
+        }),
+        authorization: Some(Authorization::Allow(Reason::Static("r"))),
+        ..sample(&format!("/exec/{}", "%3C".repeat(3000)))
+    };
+    let mut out = Vec::new();
+    encode_bounded(&event, MIN_EVENT_BOUND, &mut out).unwrap();
+    assert!(out.len() <= MIN_EVENT_BOUND, "{} bytes", out.len());
+    let v: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(v["annotations"]["kubelet-auth-proxy.io/minimal"], "true");
+    assert_eq!(v["annotations"]["authorization.k8s.io/decision"], "allow");
+    assert_eq!(v["auditID"], "00112233-4455-4677-8899-aabbccddeeff");
+    assert_eq!(v["verb"], "get");
+    assert_eq!(v["responseStatus"]["code"], 200);
+    assert!(v["user"]["username"].as_str().unwrap().starts_with("<<<"));
+    assert!(v["user"].get("groups").is_none());
+    assert!(v.get("userAgent").is_none());
 }
 
 #[test]
@@ -653,7 +745,7 @@ async fn opening_removes_excess_backups_and_nothing_else() {
 }
 
 #[tokio::test]
-async fn an_event_larger_than_the_maximum_size_is_dropped_and_counted() {
+async fn an_event_larger_than_the_file_size_is_dropped_and_counted() {
     let dir = temp_dir("oversized");
     let path = dir.join("audit.log");
     let dropped = Counter::default();

@@ -12,14 +12,19 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, watch};
 
+use super::budget::{Admission, Budget, Identity};
 use super::event::AuditEvent;
 use super::json::{encode_bounded, encode_line};
 use super::policy::{PolicyGate, PolicyRequest, Stages};
 use super::rotate::{Fit, RotatingFile, Rotation};
+use super::summary::Summaries;
 
 /// Events waiting for the writer. Beyond this the writer is far behind and events are dropped
 /// (and counted) rather than slowing requests or growing memory without bound.
 pub(super) const QUEUE_CAPACITY: usize = 8192;
+/// Places in the queue only events of requests that act ([`super::acts`]) may take, so a queue
+/// filled by a flood cannot drop an exec's event or refuse the exec.
+pub(super) const ACT_RESERVE: usize = 1024;
 /// Pending bytes that trigger a write even while more events are queued; otherwise the writer
 /// writes when the queue is empty.
 pub(super) const BATCH_BYTES: usize = 64 * 1024;
@@ -81,6 +86,9 @@ pub struct AuditOptions {
     pub rotation: Rotation,
     /// `--audit-log-truncate-max-event-size` when `--audit-log-truncate-enabled`.
     pub max_event_size: Option<usize>,
+    /// `--audit-log-flood-retention`: how long the kept files must last under a flood; `None`
+    /// turns the flood budget off.
+    pub flood_retention: Option<Duration>,
 }
 
 /// A message to the writer thread.
@@ -112,6 +120,39 @@ pub struct AuditLog {
     pub(super) writer_done: watch::Receiver<()>,
     /// `--audit-policy-file`: which events are written; `None` writes every one.
     policy: Option<Arc<PolicyGate>>,
+    /// The flood budget and its summaries, when on ([`AuditLog::with_budget`]).
+    flood: Option<Arc<Flood>>,
+    max_event_size: Option<usize>,
+}
+
+/// The flood budget of an audit log and the summaries of what it suppressed.
+#[derive(Debug)]
+struct Flood {
+    budget: Budget,
+    summaries: Summaries,
+}
+
+thread_local! {
+    /// Where an event is encoded to learn its size, reused by each request thread.
+    static MEASURE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The bytes `event` takes when written with the bound `max_event_size`.
+fn written_len(event: &AuditEvent, max_event_size: Option<usize>) -> u64 {
+    MEASURE.with_borrow_mut(|line| {
+        line.clear();
+        let encoded = match max_event_size {
+            Some(max) => encode_bounded(event, max, line),
+            None => encode_line(event, line).map_err(io::Error::other),
+        };
+        let len = match encoded {
+            Ok(()) => line.len(),
+            // Not written in any form: the writer counts it; charge the bound.
+            Err(_) => max_event_size.unwrap_or(line.len()),
+        };
+        line.shrink_to(BATCH_BYTES);
+        len as u64
+    })
 }
 
 impl AuditLog {
@@ -127,6 +168,15 @@ impl AuditLog {
             AuditTarget::File(path) => Sink::File(RotatingFile::open(path, options.rotation)?),
         };
         AuditLog::start(sink, QUEUE_CAPACITY, options.max_event_size, dropped)
+    }
+
+    /// Meters what [`submit`](AuditLog::submit) writes with `budget` ([`super::budget`]).
+    pub fn with_budget(mut self, budget: Budget) -> AuditLog {
+        self.flood = Some(Arc::new(Flood {
+            budget,
+            summaries: Summaries::new(),
+        }));
+        self
     }
 
     pub(super) fn start(
@@ -163,6 +213,8 @@ impl AuditLog {
             healthy,
             writer_done,
             policy: None,
+            flood: None,
+            max_event_size,
         })
     }
 
@@ -190,10 +242,43 @@ impl AuditLog {
         self.healthy.load(Ordering::Acquire) && self.queue.capacity() > 0
     }
 
-    /// Queues one event. Never blocks and never fails the request: when the queue is full (or the
-    /// log is closed) the event is dropped and counted.
+    /// Queues one event of a request that acts, or of a session's end: never suppressed, and
+    /// it may take the places reserved for acts. Never blocks and never fails the request: when
+    /// the queue is full (or the log is closed) the event is dropped and counted.
     pub fn record(&self, event: AuditEvent) {
         if self.queue.try_send(Message::Event(event)).is_err() {
+            self.dropped.inc();
+        }
+    }
+
+    /// Queues the event of a request, charged to the flood budget: an event that `acts` is
+    /// always queued ([`record`](AuditLog::record)); any other only within the budget of its
+    /// identity and the overall one, and outside the places reserved for acts. What is not
+    /// written is counted and summarized.
+    pub fn submit(&self, event: AuditEvent, acts: bool) {
+        if let Some(flood) = &self.flood {
+            let identity = event
+                .user
+                .as_ref()
+                .map_or(Identity::Unauthenticated, |user| {
+                    Identity::User(user.name.clone())
+                });
+            let bytes = written_len(&event, self.max_event_size);
+            let admission = flood.budget.charge(&identity, bytes, acts);
+            for summary in flood.summaries.due(&flood.budget) {
+                flood
+                    .budget
+                    .take(written_len(&summary, self.max_event_size));
+                self.record(summary);
+            }
+            if admission != Admission::Write {
+                return;
+            }
+        }
+        let reserved = ACT_RESERVE.min(self.queue.max_capacity() / 2);
+        if acts || self.queue.capacity() > reserved {
+            self.record(event);
+        } else {
             self.dropped.inc();
         }
     }
@@ -205,8 +290,17 @@ impl AuditLog {
         let AuditLog {
             queue,
             mut writer_done,
+            flood,
+            dropped,
             ..
         } = self;
+        if let Some(flood) = flood {
+            for summary in Summaries::remaining(&flood.budget) {
+                if queue.try_send(Message::Event(summary)).is_err() {
+                    dropped.inc();
+                }
+            }
+        }
         async move {
             // Fails only when the writer has already stopped, which is what we wait for anyway.
             let _ = queue.send(Message::Close).await;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::audit_policy::audit_policy;
-use super::error::file_cause;
+use super::error::{file_cause, flag_error};
 use super::flags::ProxyFlags;
 use super::warnings::Warning;
 use super::{AuthorizationSettings, ConfigError};
@@ -49,6 +49,27 @@ pub(super) fn audit_settings(
             ));
         }
         audit::check_file_target(file).map_err(|e| file_cause("--audit-log-path", path, e))?;
+        let max_event = flags.audit_log_truncate_max_event_size;
+        if flags.audit_log_truncate_enabled
+            && flags.audit_log_maxsize > 0
+            && max_event > flags.audit_log_maxsize.saturating_mul(1024 * 1024)
+        {
+            return Err(flag_error(
+                "--audit-log-truncate-max-event-size",
+                format!(
+                    "{max_event} bytes is more than --audit-log-maxsize ({} MB): an event that \
+                     large could never be written; lower it or raise --audit-log-maxsize",
+                    flags.audit_log_maxsize
+                ),
+            ));
+        }
+    }
+    if flags.audit_log_flood_retention.is_zero() {
+        warnings.push(Warning::new(
+            "--audit-log-flood-retention",
+            "0: the audit flood budget is off; any caller who can send requests can rotate \
+             earlier events (an exec) out of every kept audit file",
+        ));
     }
     Ok(Some(AuditSettings {
         target,
@@ -60,6 +81,7 @@ pub(super) fn audit_settings(
             max_event_size: flags
                 .audit_log_truncate_enabled
                 .then_some(flags.audit_log_truncate_max_event_size as usize),
+            flood_retention: Some(flags.audit_log_flood_retention).filter(|r| !r.is_zero()),
         },
         path: path.clone(),
         policy,

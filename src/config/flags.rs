@@ -291,6 +291,12 @@ pub struct ProxyFlags {
     /// (exec, attach, portForward, run, checkpoint, writes) always are. Default: every request.
     #[arg(long, value_name = "FILE", help_heading = "Operations")]
     pub audit_policy_file: Option<PathBuf>,
+    /// How long the kept audit files must reach back under the worst flood: audit bytes of each
+    /// identity and of all together are budgeted so that --audit-log-maxsize ×
+    /// --audit-log-maxbackup bytes last this long; events beyond are counted and summarized, never
+    /// those of exec, attach, portForward or writes. 0 turns the budget off (warned about).
+    #[arg(long, value_name = "DURATION", default_value = "12h0m0s", value_parser = parse_go_duration, help_heading = "Operations")]
+    pub audit_log_flood_retention: Duration,
 
     /// The proxy's configuration file (kind ProxyConfiguration): every flag as a camelCase field.
     /// Flags given on the command line override it.

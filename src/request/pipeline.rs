@@ -23,7 +23,6 @@ use tracing::{debug, warn};
 use crate::admin::metrics::{Metrics, Outcome, RequestLabels};
 use crate::admin::reports::Reports;
 use crate::audit::policy::{PolicyRequest, Stages};
-use crate::audit::refusals::RefusalSampler;
 use crate::audit::{
     AuditEvent, AuditId, AuditLog, Authorization as AuditAuthorization, ObjectRef, Stage,
 };
@@ -41,8 +40,6 @@ pub struct Pipeline {
     decider: Decider,
     metrics: Arc<Metrics>,
     audit: Option<AuditLog>,
-    /// Admits the audit events of requests refused before authentication at a bounded rate.
-    audit_refusals: RefusalSampler,
     /// Refuse exec, attach and portForward while their audit event cannot be written.
     audit_require_for_streams: bool,
     /// Upstream failures reported at warning level: once per cause per minute.
@@ -69,7 +66,6 @@ impl Pipeline {
         Pipeline {
             authenticator,
             decider,
-            audit_refusals: RefusalSampler::new(metrics.audit_suppressed()),
             metrics,
             audit,
             audit_require_for_streams,
@@ -269,14 +265,12 @@ impl Pipeline {
             request_received: start.received,
             stage_timestamp: SystemTime::now(),
             authorization: handled.authorization.take(),
+            suppressed: None,
         };
-        if !handled.acts && event.user.is_none() && !self.audit_refusals.admit() {
-            return None;
-        }
         let completion = (stream && kept.contains(Stage::ResponseComplete))
             .then(|| (audit.clone(), event.clone()));
         if kept.contains(event.stage) {
-            audit.record(event);
+            audit.submit(event, handled.acts);
         }
         completion
     }

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use crate::admin::metrics::Metrics;
 use crate::apiserver::{ApiServerClient, ApiServerSettings};
-use crate::audit::AuditLog;
+use crate::audit::budget::{self, Budget};
 use crate::audit::policy::PolicyGate;
+use crate::audit::{AuditLog, AuditTarget};
 use crate::authn::Authenticator;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::X509Authenticator;
@@ -102,21 +103,32 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
     let decider = decider(settings.authorization, &mut clients, &mut reloads, &metrics)?;
     let forwarder = forwarder(settings.upstream, &metrics, &shutdown);
     let audit = match settings.audit {
-        Some(audit) => Some(
-            AuditLog::open(audit.target, audit.options, metrics.audit_dropped())
-                .map(|log| match audit.policy {
-                    Some(policy) => {
-                        log.with_policy(PolicyGate::new(policy, metrics.audit_omitted()))
-                    }
-                    None => log,
-                })
+        Some(audit) => Some({
+            let rotation = audit.options.rotation;
+            let kept = budget::kept_bytes(
+                matches!(audit.target, AuditTarget::File(_)),
+                rotation.max_size_mb,
+                rotation.max_backups,
+            );
+            let retention = audit.options.flood_retention;
+            let log = AuditLog::open(audit.target, audit.options, metrics.audit_dropped())
                 .map_err(|e| ConfigError::File {
                     flag: "--audit-log-path",
                     reason: format!("cannot open: {e}"),
                     path: audit.path,
                     source: Some(Box::new(e)),
-                })?,
-        ),
+                })?;
+            let log = match audit.policy {
+                Some(policy) => log.with_policy(PolicyGate::new(policy, metrics.audit_omitted())),
+                None => log,
+            };
+            match retention {
+                Some(retention) => {
+                    log.with_budget(Budget::new(kept, retention, metrics.audit_suppressed()))
+                }
+                None => log,
+            }
+        }),
         None => None,
     };
     Ok(Services {
