@@ -289,7 +289,11 @@ impl Budget {
     ) -> T {
         let shard = &self.shards[self.hasher.hash_one(identity) as usize % SHARDS];
         let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        if !shard.contains_key(identity) && shard.len() >= SHARD_CAPACITY {
+        // The usual case, a known identity: its name is not cloned.
+        if let Some(entry) = shard.get_mut(identity) {
+            return f(entry);
+        }
+        if shard.len() >= SHARD_CAPACITY {
             let limits = self.identity_limits;
             let idle = shard
                 .iter_mut()
@@ -298,7 +302,7 @@ impl Budget {
                 shard.remove(&idle);
             }
         }
-        if shard.len() < SHARD_CAPACITY || shard.contains_key(identity) {
+        if shard.len() < SHARD_CAPACITY {
             let entry = shard
                 .entry(identity.clone())
                 .or_insert_with(|| Entry::new(self.identity_limits, now));

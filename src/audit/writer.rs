@@ -99,6 +99,9 @@ pub struct AuditOptions {
 )]
 pub(super) enum Message {
     Event(AuditEvent),
+    /// An event the flood budget already encoded on the request thread to learn its size,
+    /// written as it is rather than encoded twice.
+    Line(Vec<u8>),
     /// Write what is queued, then stop: sent by [`AuditLog::close`].
     Close,
 }
@@ -137,21 +140,25 @@ thread_local! {
     static MEASURE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The bytes `event` takes when written with the bound `max_event_size`.
-fn written_len(event: &AuditEvent, max_event_size: Option<usize>) -> u64 {
+/// `event` as the writer would write it, with the bound `max_event_size`, and the bytes charged
+/// for it. An event that cannot be encoded in any form is left for the writer, which counts and
+/// reports the loss, and charged the bound.
+fn measured(event: AuditEvent, max_event_size: Option<usize>) -> (Message, u64) {
     MEASURE.with_borrow_mut(|line| {
         line.clear();
         let encoded = match max_event_size {
-            Some(max) => encode_bounded(event, max, line),
-            None => encode_line(event, line).map_err(io::Error::other),
+            Some(max) => encode_bounded(&event, max, line),
+            None => encode_line(&event, line).map_err(io::Error::other),
         };
-        let len = match encoded {
-            Ok(()) => line.len(),
-            // Not written in any form: the writer counts it; charge the bound.
-            Err(_) => max_event_size.unwrap_or(line.len()),
+        let measured = match encoded {
+            Ok(()) => (Message::Line(line.clone()), line.len() as u64),
+            Err(_) => (
+                Message::Event(event),
+                max_event_size.unwrap_or(line.len()) as u64,
+            ),
         };
         line.shrink_to(BATCH_BYTES);
-        len as u64
+        measured
     })
 }
 
@@ -246,7 +253,11 @@ impl AuditLog {
     /// it may take the places reserved for acts. Never blocks and never fails the request: when
     /// the queue is full (or the log is closed) the event is dropped and counted.
     pub fn record(&self, event: AuditEvent) {
-        if self.queue.try_send(Message::Event(event)).is_err() {
+        self.send(Message::Event(event));
+    }
+
+    fn send(&self, message: Message) {
+        if self.queue.try_send(message).is_err() {
             self.dropped.inc();
         }
     }
@@ -256,28 +267,31 @@ impl AuditLog {
     /// identity and the overall one, and outside the places reserved for acts. What is not
     /// written is counted and summarized.
     pub fn submit(&self, event: AuditEvent, acts: bool) {
-        if let Some(flood) = &self.flood {
-            let identity = event
-                .user
-                .as_ref()
-                .map_or(Identity::Unauthenticated, |user| {
-                    Identity::User(user.name.clone())
-                });
-            let bytes = written_len(&event, self.max_event_size);
-            let admission = flood.budget.charge(&identity, bytes, acts);
-            for summary in flood.summaries.due(&flood.budget) {
-                flood
-                    .budget
-                    .take(written_len(&summary, self.max_event_size));
-                self.record(summary);
+        let message = match &self.flood {
+            Some(flood) => {
+                let identity = event
+                    .user
+                    .as_ref()
+                    .map_or(Identity::Unauthenticated, |user| {
+                        Identity::User(user.name.clone())
+                    });
+                let (message, bytes) = measured(event, self.max_event_size);
+                let admission = flood.budget.charge(&identity, bytes, acts);
+                for summary in flood.summaries.due(&flood.budget) {
+                    let (summary, bytes) = measured(summary, self.max_event_size);
+                    flood.budget.take(bytes);
+                    self.send(summary);
+                }
+                if admission != Admission::Write {
+                    return;
+                }
+                message
             }
-            if admission != Admission::Write {
-                return;
-            }
-        }
+            None => Message::Event(event),
+        };
         let reserved = ACT_RESERVE.min(self.queue.max_capacity() / 2);
         if acts || self.queue.capacity() > reserved {
-            self.record(event);
+            self.send(message);
         } else {
             self.dropped.inc();
         }
@@ -337,6 +351,7 @@ impl Writer {
             while let Some(message) = next {
                 match message {
                     Message::Event(event) => self.push(&event),
+                    Message::Line(line) => self.push_line(&line),
                     Message::Close => {
                         // Refuse new events; those already queued are still received below.
                         queue.close();
@@ -370,9 +385,16 @@ impl Writer {
             self.losses.lose(1, error);
             return;
         }
-        match self.make_room(self.line.len() as u64) {
+        let line = std::mem::take(&mut self.line);
+        self.push_line(&line);
+        self.line = line;
+    }
+
+    /// Adds one encoded event to the batch, rotating the file first when it would not fit.
+    fn push_line(&mut self, line: &[u8]) {
+        match self.make_room(line.len() as u64) {
             Ok(()) => {
-                self.batch.bytes.extend_from_slice(&self.line);
+                self.batch.bytes.extend_from_slice(line);
                 self.batch.events += 1;
             }
             Err(error) => {
