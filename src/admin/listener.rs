@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
 use crate::admin::metrics::Metrics;
+use crate::authz::live_rbac::RbacAuthorizer;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -36,6 +37,11 @@ pub struct Readiness {
     /// Cancelled when shutdown begins: from then on `/readyz` answers 503, so load balancers and
     /// probes stop sending traffic while requests finish.
     pub draining: CancellationToken,
+    /// The chain's `RBAC` authorizer, if any: not ready until its first complete list, for at
+    /// most [`READY_WAIT`](crate::authz::live_rbac::READY_WAIT), so a rollout does not replace a
+    /// synced proxy with one that has no opinion yet, and an API server that is down does not
+    /// hold the node unready forever.
+    pub rbac: Option<Arc<RbacAuthorizer>>,
 }
 
 impl Readiness {
@@ -47,6 +53,12 @@ impl Readiness {
             && !self.standing_by.load(Ordering::Acquire)
         {
             Some("waiting for --listen-address: another process holds it")
+        } else if self
+            .rbac
+            .as_ref()
+            .is_some_and(|rbac| rbac.holds_readiness())
+        {
+            Some("waiting for the RBAC authorizer's first list of roles and bindings (at most 30s)")
         } else {
             None
         }

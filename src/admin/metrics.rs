@@ -253,6 +253,15 @@ pub struct AuthorizerLabels {
     pub name: String,
 }
 
+/// Labels of the authorization decisions.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct AuthorizationDecisionLabels {
+    /// The mode that allowed, as in `--authorization-mode`; `none` when none did.
+    pub mode: &'static str,
+    /// `allowed`, `forbidden` or `error`.
+    pub decision: &'static str,
+}
+
 /// Labels of reloads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReloadLabels {
@@ -303,6 +312,8 @@ pub struct Metrics {
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
     match_condition_errors: Family<AuthorizerLabels, Counter>,
     generation: crate::admin::generation::Generation,
+    rbac: crate::authz::live_rbac::metrics::RbacMetrics,
+    decisions: Family<AuthorizationDecisionLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -468,9 +479,18 @@ impl Metrics {
             match_condition_errors.clone(),
         );
         let generation = crate::admin::generation::Generation::register(&mut registry);
+        let rbac = crate::authz::live_rbac::metrics::RbacMetrics::register(&mut registry);
+        let decisions = Family::<AuthorizationDecisionLabels, Counter>::default();
+        registry.register(
+            "authorization_decisions",
+            "Requests authorized, by the mode that decided (RBAC, Webhook, Policy, Node, AlwaysAllow; none when no authorizer allowed) and the decision (allowed, forbidden, error)",
+            decisions.clone(),
+        );
         Metrics {
             registry,
             generation,
+            rbac,
+            decisions,
             requests,
             latency,
             latency_by_outcome: Default::default(),
@@ -498,6 +518,19 @@ impl Metrics {
             match_condition_exclusions,
             match_condition_errors,
         }
+    }
+
+    /// The `RBAC` authorizer's metrics.
+    pub fn rbac(&self) -> &crate::authz::live_rbac::metrics::RbacMetrics {
+        &self.rbac
+    }
+
+    /// Counts one request's authorization: the mode that allowed (`none` if none did) and the
+    /// decision.
+    pub fn observe_authorization(&self, mode: &'static str, decision: &'static str) {
+        self.decisions
+            .get_or_create(&AuthorizationDecisionLabels { mode, decision })
+            .inc();
     }
 
     /// Records one finished request (at response headers; streams continue afterwards).

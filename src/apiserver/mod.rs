@@ -103,6 +103,15 @@ enum Credentials {
     Kubeconfig(Arc<Reloadable<kube::Client>>),
 }
 
+/// Whether each read from the API server is bounded by the request timeout.
+#[derive(Debug, Clone, Copy)]
+enum Reads {
+    /// Reviews: an answer that stalls is a failed attempt.
+    Bounded,
+    /// Watches: quiet for minutes when nothing changes.
+    Unbounded,
+}
+
 impl Credentials {
     fn client(&self) -> kube::Client {
         match self {
@@ -120,12 +129,30 @@ impl ApiServerSettings {
         kubeconfig: Option<&Path>,
         timeout: Duration,
     ) -> Result<ApiServerSettings, ApiClientError> {
+        ApiServerSettings::read_with(kubeconfig, timeout, Reads::Bounded)
+    }
+
+    /// Like [`read`](Self::read), for long-lived watches: connecting and writing are bounded by
+    /// `timeout`, reading is not (a quiet watch sends nothing for minutes); the watcher bounds
+    /// it with its own idle timeout.
+    pub fn read_for_watches(
+        kubeconfig: Option<&Path>,
+        timeout: Duration,
+    ) -> Result<ApiServerSettings, ApiClientError> {
+        ApiServerSettings::read_with(kubeconfig, timeout, Reads::Unbounded)
+    }
+
+    fn read_with(
+        kubeconfig: Option<&Path>,
+        timeout: Duration,
+        reads: Reads,
+    ) -> Result<ApiServerSettings, ApiClientError> {
         let credentials = match kubeconfig {
             Some(path) => {
                 let files = credential_files(path)?;
                 let kubeconfig = path.to_owned();
                 let reloadable = Reloadable::load(RELOAD_TARGET, files, move |_| {
-                    client_from_kubeconfig(&kubeconfig, timeout)
+                    client_from_kubeconfig(&kubeconfig, timeout, reads)
                 })
                 .map_err(|e| match e {
                     ReloadError::Build(cause) => match cause.downcast::<ApiClientError>() {
@@ -138,7 +165,7 @@ impl ApiServerSettings {
             }
             None => {
                 let config = kube::Config::incluster().map_err(ApiClientError::InCluster)?;
-                Credentials::InCluster(client(config, timeout, String::new())?)
+                Credentials::InCluster(client(config, timeout, reads, String::new())?)
             }
         };
         Ok(ApiServerSettings {
@@ -146,6 +173,12 @@ impl ApiServerSettings {
             timeout,
             credentials,
         })
+    }
+
+    /// The client in force now (a kubeconfig's is rebuilt when its files change), for callers
+    /// that use kube's typed API directly: the RBAC authorizer's lists and watches.
+    pub fn client(&self) -> kube::Client {
+        self.credentials.client()
     }
 
     /// What a client is shared by: TokenReview and the webhooks with the same kubeconfig (`None`
@@ -244,7 +277,11 @@ fn credential_files(path: &Path) -> Result<Vec<PathBuf>, ApiClientError> {
 }
 
 /// A client from the kubeconfig at `path`, as it is now.
-fn client_from_kubeconfig(path: &Path, timeout: Duration) -> Result<kube::Client, ApiClientError> {
+fn client_from_kubeconfig(
+    path: &Path,
+    timeout: Duration,
+    reads: Reads,
+) -> Result<kube::Client, ApiClientError> {
     let file = Kubeconfig::read_from(path).map_err(ApiClientError::Kubeconfig)?;
     let identity = NamedFiles::of(&file).identity();
     let config = ready(kube::Config::from_custom_kubeconfig(
@@ -253,20 +290,24 @@ fn client_from_kubeconfig(path: &Path, timeout: Duration) -> Result<kube::Client
     ))
     .ok_or(ApiClientError::Pending)?
     .map_err(ApiClientError::Kubeconfig)?;
-    client(config, timeout, identity)
+    client(config, timeout, reads, identity)
 }
 
 /// The client for `config`, with our timeouts and without kube's retries.
 fn client(
     mut config: kube::Config,
     timeout: Duration,
+    reads: Reads,
     identity: String,
 ) -> Result<kube::Client, ApiClientError> {
     // kube's own retry layer would re-send 429/503/504 answers inside each of our attempts,
     // multiplying calls and retrying what the kubelet treats as final; ours is the only one.
     config.default_retry = false;
     config.connect_timeout = Some(timeout);
-    config.read_timeout = Some(timeout);
+    config.read_timeout = match reads {
+        Reads::Bounded => Some(timeout),
+        Reads::Unbounded => None,
+    };
     config.write_timeout = Some(timeout);
     kube::Client::try_from(config).map_err(|source| ApiClientError::Client { identity, source })
 }

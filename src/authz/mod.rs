@@ -8,6 +8,7 @@
 //! [`crate::request::decision::authorize_request`].
 
 pub mod attributes;
+pub mod live_rbac;
 pub mod match_conditions;
 pub mod node;
 pub mod pod_attributes;
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use crate::authn::User;
 use crate::startup::reload::Reloadable;
+use live_rbac::RbacAuthorizer;
 use match_conditions::{ConditionTrace, MatchError};
 use node::NodeAuthorizer;
 use policy::PolicyAuthorizer;
@@ -124,6 +126,8 @@ pub enum Authorizer {
     Node(NodeAuthorizer),
     /// Local RBAC rules, reloaded when their files change.
     Policy(Arc<Reloadable<PolicyAuthorizer>>),
+    /// The cluster's RBAC objects, watched and decided on the node.
+    Rbac(Arc<RbacAuthorizer>),
     /// SubjectAccessReview with the API server.
     Webhook(Arc<SubjectAccessReviewAuthorizer>),
 }
@@ -136,6 +140,7 @@ impl Authorizer {
             Authorizer::AlwaysDeny => "AlwaysDeny",
             Authorizer::Node(_) => "Node",
             Authorizer::Policy(_) => "Policy",
+            Authorizer::Rbac(_) => "RBAC",
             Authorizer::Webhook(_) => "Webhook",
         }
     }
@@ -159,6 +164,7 @@ impl Authorizer {
             }
             Authorizer::Node(node) => node.authorize(attrs),
             Authorizer::Policy(policy) => policy.current().authorize(attrs),
+            Authorizer::Rbac(rbac) => rbac.authorize(attrs),
             Authorizer::Webhook(webhook) => {
                 return webhook.authorize_observed(attrs, on_condition).await;
             }
@@ -194,6 +200,14 @@ impl AuthorizerChain {
             .collect()
     }
 
+    /// The chain's `RBAC` authorizer, if it has one (`/readyz` waits for its first sync).
+    pub fn rbac(&self) -> Option<Arc<RbacAuthorizer>> {
+        self.authorizers.iter().find_map(|a| match a {
+            Authorizer::Rbac(rbac) => Some(Arc::clone(rbac)),
+            _ => None,
+        })
+    }
+
     /// The authorizers' mode names, in order, e.g. `Node,Policy,Webhook`.
     pub fn names(&self) -> String {
         let names: Vec<&str> = self.authorizers.iter().map(Authorizer::name).collect();
@@ -218,11 +232,44 @@ impl AuthorizerChain {
     pub async fn authorize_observed(
         &self,
         attrs: &Attributes<'_>,
+        observe: impl FnMut(&Authorizer, ChainEvent<'_>),
+    ) -> Result<(Decision, Option<&'static str>), AuthorizationError> {
+        self.authorize_part(0..self.authorizers.len(), attrs, observe)
+            .await
+    }
+
+    /// How many authorizers lead the chain before the first `Webhook`: those decide on the node
+    /// (from files, the node name or watched objects), without a call per request. The kubelet's
+    /// loop asks them about every attribute set before any review is made
+    /// ([`crate::request::decision::authorize_request`]).
+    pub fn local_prefix(&self) -> usize {
+        self.authorizers
+            .iter()
+            .take_while(|a| !matches!(a, Authorizer::Webhook(_)))
+            .count()
+    }
+
+    /// The number of authorizers.
+    pub fn len(&self) -> usize {
+        self.authorizers.len()
+    }
+
+    /// Whether the chain has no authorizer (never, once configured).
+    pub fn is_empty(&self) -> bool {
+        self.authorizers.is_empty()
+    }
+
+    /// [`authorize_observed`](Self::authorize_observed) with only the authorizers in `part`, in
+    /// order: the whole chain, or its local prefix and then the rest.
+    pub async fn authorize_part(
+        &self,
+        part: std::ops::Range<usize>,
+        attrs: &Attributes<'_>,
         mut observe: impl FnMut(&Authorizer, ChainEvent<'_>),
     ) -> Result<(Decision, Option<&'static str>), AuthorizationError> {
         let mut last = Decision::NoOpinion(Reason::Static("no authorizer configured"));
         let mut error = None;
-        for authorizer in &self.authorizers {
+        for authorizer in self.authorizers.get(part).unwrap_or_default() {
             let answer = authorizer
                 .authorize_observed(attrs, |condition| {
                     observe(authorizer, ChainEvent::Condition(condition));

@@ -1,10 +1,11 @@
 //! `--authorization-config`: an `AuthorizationConfiguration` (`apiserver.config.k8s.io/v1`, as
 //! kube-apiserver reads it) describing the authorizer chain, validated as kube-apiserver validates
-//! it; anything the proxy cannot honour (`RBAC`, `ABAC`, `v1beta1` reviews) is an error saying so.
+//! it; anything the proxy cannot honour (`ABAC`, `v1beta1` reviews) is an error saying so.
 //!
 //! The chain holds `Webhook` authorizers (each with its own connection, timeout, TTLs and failure
 //! policy, its CEL `matchConditions` compiled: [`crate::authz::match_conditions`]), `Node`,
-//! `AlwaysAllow`, `AlwaysDeny`, and this proxy's local `Policy`.
+//! `AlwaysAllow`, `AlwaysDeny`, `RBAC` (the cluster's roles and bindings, watched:
+//! [`crate::authz::live_rbac`]) and this proxy's local `Policy`.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,8 @@ pub enum AuthorizerSpec {
     Node,
     /// Local RBAC rules from these files.
     Policy(Vec<PathBuf>),
+    /// The cluster's RBAC objects, watched through `--kubeconfig` (or in-cluster).
+    Rbac,
     /// SubjectAccessReview.
     Webhook(WebhookSpec),
 }
@@ -199,7 +202,10 @@ pub fn load(path: &Path) -> Result<Vec<AuthorizerSpec>, ConfigError> {
                     .webhook
                     .as_ref()
                     .ok_or_else(|| at("webhook is required with type Webhook".into()))?;
-                let expressions = webhook.match_conditions.iter().map(|c| c.expression.as_str());
+                let expressions = webhook
+                    .match_conditions
+                    .iter()
+                    .map(|c| c.expression.as_str());
                 let match_conditions =
                     MatchConditions::compile(expressions).map_err(|e| ConfigError::File {
                         flag: FLAG,
@@ -211,15 +217,11 @@ pub fn load(path: &Path) -> Result<Vec<AuthorizerSpec>, ConfigError> {
                     webhook_spec(&authorizer.name, webhook, match_conditions).map_err(at)?,
                 )
             }
-            "RBAC" => {
-                return Err(at(
-                    "type RBAC is the API server's own authorizer; use Webhook to ask it, or Policy for local rules".into(),
-                ));
-            }
+            "RBAC" => AuthorizerSpec::Rbac,
             "ABAC" => return Err(at("type ABAC is not supported".into())),
             other => {
                 return Err(at(format!(
-                    "unknown type {other:?} (Webhook, Node, AlwaysAllow, AlwaysDeny, Policy)"
+                    "unknown type {other:?} (Webhook, Node, AlwaysAllow, AlwaysDeny, Policy, RBAC)"
                 )));
             }
         });
@@ -562,8 +564,10 @@ mod tests {
             ),
             (webhook("name: webhook", "name: Web_hook"), "DNS-1123"),
             (
-                format!("{HEAD}authorizers:\n  - {{type: RBAC, name: rbac}}\n"),
-                "type RBAC is the API server's",
+                format!(
+                    "{HEAD}authorizers:\n  - {{type: RBAC, name: a}}\n  - {{type: RBAC, name: b}}\n"
+                ),
+                "may appear only once",
             ),
             (
                 format!(

@@ -9,6 +9,7 @@ use super::error::{flag_cause, flag_error, kubeconfig_error};
 use super::flags::{AuthorizationMode, ProxyFlags};
 use crate::apiserver::ApiServerSettings;
 use crate::authz::attributes::AttributeMapping;
+use crate::authz::live_rbac::{RbacSettings, Scope};
 use crate::authz::match_conditions::MatchConditions;
 use crate::authz::policy::PolicyAuthorizer;
 use crate::startup::reload::{ReloadRegistry, Reloadable};
@@ -35,6 +36,8 @@ pub enum AuthorizerSettings {
     Node,
     /// Local RBAC rules, loaded (and reloaded when their files change).
     Policy(Arc<Reloadable<PolicyAuthorizer>>),
+    /// The cluster's RBAC objects, watched (started when the decider is built).
+    Rbac(RbacSettings),
     /// SubjectAccessReview.
     Webhook {
         /// Its name, TTLs and failure policy.
@@ -53,6 +56,7 @@ impl AuthorizerSettings {
             AuthorizerSettings::AlwaysDeny => "AlwaysDeny",
             AuthorizerSettings::Node => "Node",
             AuthorizerSettings::Policy(_) => "Policy",
+            AuthorizerSettings::Rbac(_) => "RBAC",
             AuthorizerSettings::Webhook { .. } => "Webhook",
         }
     }
@@ -98,6 +102,21 @@ impl AuthorizationSettings {
                         "loaded local policy"
                     );
                     AuthorizerSettings::Policy(policy)
+                }
+                AuthorizerSpec::Rbac => {
+                    let apiserver = ApiServerSettings::read_for_watches(
+                        flags.kubeconfig.as_deref(),
+                        flags.apiserver_request_timeout,
+                    )
+                    .map_err(|e| kubeconfig_error(flags, e))?;
+                    AuthorizerSettings::Rbac(RbacSettings {
+                        apiserver,
+                        scope: Scope {
+                            pods: flags.pod_scoped_authz,
+                        },
+                        max_staleness: flags.rbac_max_staleness,
+                        start_jitter: flags.rbac_start_jitter,
+                    })
                 }
                 AuthorizerSpec::Webhook(spec) => {
                     let apiserver =
@@ -190,6 +209,7 @@ fn authorizer_specs(flags: &ProxyFlags) -> Result<Vec<AuthorizerSpec>, ConfigErr
             AuthorizationMode::AlwaysAllow => AuthorizerSpec::AlwaysAllow,
             AuthorizationMode::AlwaysDeny => AuthorizerSpec::AlwaysDeny,
             AuthorizationMode::Node => AuthorizerSpec::Node,
+            AuthorizationMode::Rbac => AuthorizerSpec::Rbac,
             AuthorizationMode::Policy => {
                 if flags.authorization_policy_file.is_empty() {
                     return Err(flag_error(

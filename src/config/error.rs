@@ -121,7 +121,7 @@ pub(super) fn kubeconfig_error(flags: &ProxyFlags, e: ApiClientError) -> ConfigE
         None => ConfigError::Flag {
             flag: "--kubeconfig",
             reason: format!(
-                "{e}; the API server is needed by --authentication-token-webhook and --authorization-mode=Webhook"
+                "{e}; the API server is needed by --authentication-token-webhook and --authorization-mode=Webhook or RBAC"
             ),
             source: Some(Box::new(e)),
         },

@@ -160,7 +160,7 @@ pub struct ProxyFlags {
     pub authentication_token_audiences: Vec<String>,
 
     /// Comma-separated authorizers tried in order; the first Allow or Deny wins: AlwaysAllow,
-    /// AlwaysDeny, Node, Policy, Webhook. Default: Webhook.
+    /// AlwaysDeny, Node, Policy, RBAC, Webhook. Default: Webhook.
     #[arg(
         long,
         value_name = "MODES",
@@ -186,6 +186,17 @@ pub struct ProxyFlags {
     /// authorizer. Repeatable.
     #[arg(long, value_name = "FILE", help_heading = "Authorization")]
     pub authorization_policy_file: Vec<PathBuf>,
+
+    /// How long the RBAC authorizer goes on deciding from the roles and bindings it last saw
+    /// while its watches of the API server are broken; after that it has no opinion (later
+    /// authorizers decide) until they resume. 0 stops deciding at the first failure.
+    #[arg(long, value_name = "DURATION", default_value = "10m0s", value_parser = parse_go_duration, help_heading = "Authorization")]
+    pub rbac_max_staleness: Duration,
+
+    /// The RBAC authorizer's first lists wait a random part of this, so that nodes started
+    /// together do not list together.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_go_duration, help_heading = "Authorization")]
+    pub rbac_start_jitter: Duration,
 
     /// The Node name of the kubelet behind the proxy, used as the `name` of every attribute.
     /// Default: this machine's hostname, lowercased, as the kubelet does.
@@ -362,6 +373,10 @@ pub enum AuthorizationMode {
     /// Local RBAC rules from --authorization-policy-file.
     #[value(name = "Policy")]
     Policy,
+    /// The cluster's ClusterRoles and ClusterRoleBindings (and Roles and RoleBindings with
+    /// --pod-scoped-authz), watched from the API server and decided on the node.
+    #[value(name = "RBAC")]
+    Rbac,
     /// SubjectAccessReview with the API server, cached.
     #[value(name = "Webhook")]
     Webhook,

@@ -78,7 +78,9 @@ pub fn authorization_warnings(
         notes.push(Warning::new(policy_flag, lint.unlisted.to_string()));
     }
     let can_allow = authorization.authorizers.iter().any(|a| match a {
-        AuthorizerSettings::AlwaysAllow | AuthorizerSettings::Webhook { .. } => true,
+        AuthorizerSettings::AlwaysAllow
+        | AuthorizerSettings::Webhook { .. }
+        | AuthorizerSettings::Rbac(_) => true,
         AuthorizerSettings::Policy(policy) => {
             let stats = policy.current().stats();
             stats.cluster_role_bindings > 0
@@ -97,6 +99,7 @@ pub fn authorization_warnings(
             ),
         ));
     }
+    warnings.extend(rbac_warnings(authorization, notes));
     if authorization
         .authorizers
         .iter()
@@ -130,6 +133,49 @@ pub fn authorization_warnings(
     }
     if anonymous {
         warnings.extend(anonymous_commands(authorization, &policies));
+    }
+    warnings
+}
+
+/// Where `RBAC` sits in the chain: after a `Webhook` it saves no review, and with a zero
+/// staleness bound it stops deciding at the first watch failure. Without a `Webhook` after it,
+/// what it would allow is refused while it has no opinion (a note: strict setups want that).
+fn rbac_warnings(authorization: &AuthorizationSettings, notes: &mut Vec<Warning>) -> Vec<Warning> {
+    const MODE: &str = "--authorization-mode";
+    let mut warnings = Vec::new();
+    let authorizers = &authorization.authorizers;
+    let Some(rbac) = authorizers
+        .iter()
+        .position(|a| matches!(a, AuthorizerSettings::Rbac(_)))
+    else {
+        return warnings;
+    };
+    let is_webhook = |a: &AuthorizerSettings| matches!(a, AuthorizerSettings::Webhook { .. });
+    if authorizers[..rbac].iter().any(is_webhook) {
+        warnings.push(Warning::new(
+            MODE,
+            format!(
+                "RBAC comes after a Webhook in {}: every request still costs a                  SubjectAccessReview before RBAC is asked; put RBAC first (Node,RBAC,Webhook)",
+                authorization.names()
+            ),
+        ));
+    }
+    if let AuthorizerSettings::Rbac(settings) = &authorizers[rbac] {
+        if settings.max_staleness.is_zero() {
+            warnings.push(Warning::new(
+                "--rbac-max-staleness",
+                "0: RBAC stops deciding at the first failed list or watch, so a restarting API                  server refuses (or sends to the Webhook) what RBAC allows; the default is 10m",
+            ));
+        }
+    }
+    if !authorizers[rbac..].iter().any(is_webhook) {
+        notes.push(Warning::new(
+            MODE,
+            format!(
+                "{}: no Webhook after RBAC, so what RBAC would allow is refused (403) until its                  first list completes and after its watches have been broken for                  --rbac-max-staleness; add Webhook after it to ask the API server then",
+                authorization.names()
+            ),
+        ));
     }
     warnings
 }

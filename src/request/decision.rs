@@ -285,32 +285,90 @@ pub async fn authorize_request(
     mut observer: impl Observer,
 ) -> RequestDecision {
     let mut reason = Reason::Static("no attributes");
-    let names = request.subresources.iter();
-    let node_sets = names.zip(request.attributes(user, node_name, path));
-    let pod_set = pod.map(|pod| (pod.label, pod.attributes(user, path)));
-    for (subresource, attrs) in node_sets.chain(pod_set) {
+    let sets = || {
+        let names = request.subresources.iter();
+        let node_sets = names.zip(request.attributes(user, node_name, path));
+        let pod_set = pod.map(|pod| (pod.label, pod.attributes(user, path)));
+        node_sets.chain(pod_set).enumerate()
+    };
+    // The authorizers that decide on the node are asked about every set first; a review is made
+    // only for the sets none of them decided. The answer is the kubelet's: its loop goes on past
+    // a refused set, so a set allowed locally is reached either way.
+    let local = chain.local_prefix();
+    let (first, second) = if local == 0 || local == chain.len() {
+        (0..chain.len(), None)
+    } else {
+        (0..local, Some(local..chain.len()))
+    };
+    // Sets the first pass left undecided, by index.
+    let mut undecided: u64 = 0;
+    for (index, (subresource, attrs)) in sets() {
         let result = chain
-            .authorize_observed(&attrs, |authorizer, event| match event {
-                ChainEvent::Condition(condition) => {
-                    observer.condition(subresource, authorizer, condition);
-                }
-                ChainEvent::Answer(answer) => observer.answered(subresource, authorizer, answer),
+            .authorize_part(first.clone(), &attrs, |authorizer, event| {
+                show(&mut observer, subresource, authorizer, event);
+            })
+            .await;
+        // A request has at most four sets (three node-level, one pod-level); were there more,
+        // those beyond 64 would be refused without a review: closed, not open.
+        if second.is_some() && matches!(result, Ok((Decision::NoOpinion(_), _))) && index < 64 {
+            undecided |= 1 << index;
+            continue;
+        }
+        observer.decided(subresource, &result);
+        match settle(subresource, result) {
+            Ok(why) => reason = why,
+            Err(decision) => return decision,
+        }
+    }
+    let Some(second) = second else {
+        return RequestDecision::Forbidden { reason };
+    };
+    for (index, (subresource, attrs)) in sets() {
+        if undecided & (1 << index) == 0 {
+            continue;
+        }
+        let result = chain
+            .authorize_part(second.clone(), &attrs, |authorizer, event| {
+                show(&mut observer, subresource, authorizer, event);
             })
             .await;
         observer.decided(subresource, &result);
-        match result {
-            Ok((Decision::Allow(why), authorizer)) => {
-                return RequestDecision::Allowed {
-                    subresource,
-                    authorizer: authorizer.unwrap_or_default(),
-                    reason: why,
-                };
-            }
-            Ok((Decision::Deny(why) | Decision::NoOpinion(why), _)) => reason = why,
-            Err(error) => return RequestDecision::Error { subresource, error },
+        match settle(subresource, result) {
+            Ok(why) => reason = why,
+            Err(decision) => return decision,
         }
     }
     RequestDecision::Forbidden { reason }
+}
+
+/// Shows `observer` one event of the chain on `subresource`'s set.
+fn show(
+    observer: &mut impl Observer,
+    subresource: &'static str,
+    authorizer: &Authorizer,
+    event: ChainEvent<'_>,
+) {
+    match event {
+        ChainEvent::Condition(condition) => observer.condition(subresource, authorizer, condition),
+        ChainEvent::Answer(answer) => observer.answered(subresource, authorizer, answer),
+    }
+}
+
+/// One set's answer in the kubelet's loop: `Err` with the request's decision when it ends the
+/// loop (allowed, or an error), else `Ok` with the refusal's reason and the loop goes on.
+fn settle(
+    subresource: &'static str,
+    result: Result<(Decision, Option<&'static str>), AuthorizationError>,
+) -> Result<Reason, RequestDecision> {
+    match result {
+        Ok((Decision::Allow(why), authorizer)) => Err(RequestDecision::Allowed {
+            subresource,
+            authorizer: authorizer.unwrap_or_default(),
+            reason: why,
+        }),
+        Ok((Decision::Deny(why) | Decision::NoOpinion(why), _)) => Ok(why),
+        Err(error) => Err(RequestDecision::Error { subresource, error }),
+    }
 }
 
 /// Why the proxy answers a request itself instead of the kubelet.

@@ -300,6 +300,14 @@ impl Pipeline {
             )
             .await;
         log_verdict(&verdict, peer, &req, &self.authenticator);
+        if let Verdict::Authorized(judgement) = &verdict {
+            let (mode, decision) = match &judgement.decision {
+                RequestDecision::Allowed { authorizer, .. } => (*authorizer, "allowed"),
+                RequestDecision::Forbidden { .. } => ("none", "forbidden"),
+                RequestDecision::Error { .. } => ("none", "error"),
+            };
+            self.metrics.observe_authorization(mode, decision);
+        }
         let subresource = verdict.subresource();
         // What only the audit event needs is taken only when there is an audit log.
         let audited = self.audit.is_some();

@@ -173,6 +173,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         listening: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         standing_by: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         draining: shutdown.draining().clone(),
+        rbac: config.decider.authorizers.rbac(),
     };
     // This process's own admin socket before any address: the exec probes reach it while the
     // addresses are still held (by the kubelet, or a previous version this one stands by for).

@@ -16,6 +16,7 @@ use crate::audit::{AuditLog, AuditTarget};
 use crate::authn::Authenticator;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::X509Authenticator;
+use crate::authz::live_rbac::RbacAuthorizer;
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
@@ -26,6 +27,7 @@ use crate::forward::{ForwardOptions, Forwarder};
 use crate::request::decision::Decider;
 use crate::server::shutdown::Shutdown;
 use crate::startup::reload::{ReloadRegistry, Reloadable};
+use tokio_util::sync::CancellationToken;
 
 /// Everything the server runs with.
 pub struct Services {
@@ -100,7 +102,13 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         settings.anonymous_auth,
     )
     .map_err(|e| client_error("--client-ca-file", e))?;
-    let decider = decider(settings.authorization, &mut clients, &mut reloads, &metrics)?;
+    let decider = decider(
+        settings.authorization,
+        &mut clients,
+        &mut reloads,
+        &metrics,
+        shutdown.closing(),
+    )?;
     let forwarder = forwarder(settings.upstream, &metrics, &shutdown);
     let audit = match settings.audit {
         Some(audit) => Some({
@@ -173,26 +181,38 @@ pub fn forwarder(upstream: UpstreamSettings, metrics: &Metrics, shutdown: &Shutd
 
 /// The decider alone, for `explain`: webhooks get their own API server clients and metrics that
 /// nobody serves.
-pub fn decider_for_explain(settings: AuthorizationSettings) -> Result<Decider, ConfigError> {
+pub fn decider_for_explain(mut settings: AuthorizationSettings) -> Result<Decider, ConfigError> {
+    // One process asking once: its lists need not be spread.
+    for authorizer in &mut settings.authorizers {
+        if let AuthorizerSettings::Rbac(rbac) = authorizer {
+            rbac.start_jitter = Duration::ZERO;
+        }
+    }
     let metrics = Arc::new(Metrics::new());
     let mut clients = ApiServerClients::new(
         Arc::clone(&metrics),
         settings.apiserver_max_reviews_inflight,
     );
-    // Nobody watches files for `explain`: it decides once and exits.
+    // Nobody watches files for `explain`: it decides once and exits (the RBAC authorizer's
+    // watches end with the decider).
     decider(
         settings,
         &mut clients,
         &mut ReloadRegistry::default(),
         &metrics,
+        &CancellationToken::new(),
     )
 }
 
+/// The authorizer chain, the table and the node name. Must run in a Tokio runtime: the `RBAC`
+/// authorizer starts its watches here, until `stop` (the proxy's closing) or the decider is
+/// dropped.
 fn decider(
     settings: AuthorizationSettings,
     clients: &mut ApiServerClients,
     reloads: &mut ReloadRegistry,
     metrics: &Arc<Metrics>,
+    stop: &CancellationToken,
 ) -> Result<Decider, ConfigError> {
     let node_name: Arc<str> = Arc::from(settings.node_name);
     let mut chain = Vec::with_capacity(settings.authorizers.len());
@@ -204,6 +224,16 @@ fn decider(
                 Authorizer::Node(NodeAuthorizer::new(Arc::clone(&node_name)))
             }
             AuthorizerSettings::Policy(policy) => Authorizer::Policy(policy),
+            AuthorizerSettings::Rbac(rbac) => {
+                if let Some(target) = rbac.apiserver.reload_target() {
+                    reloads.add(target);
+                }
+                Authorizer::Rbac(Arc::new(RbacAuthorizer::start(
+                    rbac,
+                    metrics.rbac().clone(),
+                    stop.clone(),
+                )))
+            }
             AuthorizerSettings::Webhook { spec, apiserver } => {
                 let client = clients.get(*apiserver, reloads);
                 Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(

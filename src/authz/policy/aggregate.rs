@@ -26,9 +26,9 @@ pub(super) struct AggregationRule {
 
 /// A `metav1.LabelSelector`: every `matchLabels` pair and every `matchExpressions` requirement
 /// must hold; an empty selector selects every ClusterRole.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(super) struct LabelSelector {
+pub struct LabelSelector {
     #[serde(default)]
     match_labels: BTreeMap<String, String>,
     #[serde(default)]
@@ -36,7 +36,7 @@ pub(super) struct LabelSelector {
 }
 
 /// One `matchExpressions` entry.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct Requirement {
     #[serde(default)]
@@ -47,7 +47,35 @@ struct Requirement {
     values: Vec<String>,
 }
 
+impl AggregationRule {
+    /// The rule of a watched ClusterRole.
+    pub(super) fn new(cluster_role_selectors: Vec<LabelSelector>) -> AggregationRule {
+        AggregationRule {
+            cluster_role_selectors,
+        }
+    }
+}
+
 impl LabelSelector {
+    /// A selector as the API server serves it (already validated there): `matchLabels`, and
+    /// each `matchExpressions` entry as (key, operator, values).
+    pub fn new(
+        match_labels: BTreeMap<String, String>,
+        match_expressions: impl IntoIterator<Item = (String, String, Vec<String>)>,
+    ) -> LabelSelector {
+        LabelSelector {
+            match_labels,
+            match_expressions: match_expressions
+                .into_iter()
+                .map(|(key, operator, values)| Requirement {
+                    key,
+                    operator,
+                    values,
+                })
+                .collect(),
+        }
+    }
+
     /// What `metav1.LabelSelectorAsSelector` would refuse in this selector, in its words: the
     /// controller cannot aggregate through such a selector, so the file is refused.
     pub(super) fn problem(&self) -> Option<String> {

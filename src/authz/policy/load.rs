@@ -57,7 +57,7 @@ impl PolicyAuthorizer {
                 loader.add(source_name, document, None)?;
             }
         }
-        loader.finish()
+        loader.finish(MissingRole::Refuse)
     }
 }
 
@@ -181,35 +181,46 @@ impl fmt::Display for Origin {
 
 /// A validated binding whose roleRef is not resolved yet (its role may come from a later file).
 #[derive(Debug)]
-struct PendingBinding {
-    kind: Kind,
+pub(super) struct PendingBinding {
+    pub(super) kind: Kind,
     /// Empty for a ClusterRoleBinding.
-    namespace: String,
-    name: String,
+    pub(super) namespace: String,
+    pub(super) name: String,
     /// `ClusterRole`, or `Role` (RoleBindings only, in the binding's namespace).
-    role_kind: Kind,
-    role_name: String,
-    subjects: Vec<Subject>,
-    origin: Origin,
+    pub(super) role_kind: Kind,
+    pub(super) role_name: String,
+    pub(super) subjects: Vec<Subject>,
+    pub(super) origin: Origin,
 }
 
 /// A validated ClusterRole or Role.
 #[derive(Debug)]
-struct PendingRole {
-    kind: Kind,
+pub(super) struct PendingRole {
+    pub(super) kind: Kind,
     /// Empty for a ClusterRole.
-    namespace: String,
-    name: String,
-    labels: BTreeMap<String, String>,
-    rules: Vec<PolicyRule>,
+    pub(super) namespace: String,
+    pub(super) name: String,
+    pub(super) labels: BTreeMap<String, String>,
+    pub(super) rules: Vec<PolicyRule>,
     /// The selectors to fill `rules` from: an aggregated ClusterRole written without rules.
-    fill_from: Option<AggregationRule>,
-    origin: Origin,
+    pub(super) fill_from: Option<AggregationRule>,
+    pub(super) origin: Origin,
+}
+
+/// What [`Loader::finish`] does with a binding whose role it does not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum MissingRole {
+    /// A policy file naming a role no file defines is refused: it is a typo.
+    Refuse,
+    /// The cluster's bindings may name roles that do not exist (yet), or roles the watch did
+    /// not keep because no rule of theirs can grant a kubelet attribute: such a binding grants
+    /// nothing, as in RBAC.
+    Skip,
 }
 
 /// Collects validated objects across all sources, then resolves and indexes them.
 #[derive(Debug, Default)]
-struct Loader {
+pub(super) struct Loader {
     roles: Vec<PendingRole>,
     /// (namespace, name) → index into `roles`; namespace empty for ClusterRoles, so a Role and a
     /// ClusterRole never share a key.
@@ -220,6 +231,20 @@ struct Loader {
 }
 
 impl Loader {
+    /// Records a role already validated (by the API server that served it). Its key must be new.
+    pub(super) fn add_role(&mut self, role: PendingRole) {
+        self.role_names.insert(
+            (role.namespace.clone(), role.name.clone()),
+            self.roles.len(),
+        );
+        self.roles.push(role);
+    }
+
+    /// Records a binding already validated (by the API server that served it).
+    pub(super) fn add_binding(&mut self, binding: PendingBinding) {
+        self.bindings.push(binding);
+    }
+
     /// Validates one document, or an item of the list of kind `list`, and records what it
     /// defines.
     fn add(
@@ -374,7 +399,7 @@ impl Loader {
 
     /// Fills in aggregated roles, resolves every roleRef, builds the reasons and the subject
     /// indexes: one for ClusterRoleBindings, one per namespace for RoleBindings.
-    fn finish(self) -> Result<PolicyAuthorizer, PolicyError> {
+    pub(super) fn finish(self, missing: MissingRole) -> Result<PolicyAuthorizer, PolicyError> {
         let mut rules: Vec<Vec<PolicyRule>> = self.roles.iter().map(|r| r.rules.clone()).collect();
         // Aggregation selects among ClusterRoles only.
         let cluster_roles: Vec<usize> = (0..self.roles.len())
@@ -403,12 +428,10 @@ impl Loader {
         let mut bindings = Vec::with_capacity(self.bindings.len());
         let mut index = SubjectIndex::default();
         let mut namespaces: HashMap<String, SubjectIndex> = HashMap::new();
-        let role_bindings = self
-            .bindings
-            .iter()
-            .filter(|b| b.kind == Kind::RoleBinding)
-            .count();
-        for (binding, pending) in self.bindings.into_iter().enumerate() {
+        let mut role_bindings = 0;
+        for pending in self.bindings {
+            // Its index among the bindings kept.
+            let binding = bindings.len();
             let role_namespace = match pending.role_kind {
                 Kind::Role => pending.namespace.clone(),
                 _ => String::new(),
@@ -417,6 +440,9 @@ impl Loader {
                 .role_names
                 .get(&(role_namespace, pending.role_name.clone()))
             else {
+                if missing == MissingRole::Skip {
+                    continue;
+                }
                 return Err(pending.origin.invalid(
                     describe_named(pending.kind, &pending.namespace, &pending.name),
                     PolicyProblem::MissingRole {
@@ -427,6 +453,7 @@ impl Loader {
                 ));
             };
             let subject_index = if pending.kind == Kind::RoleBinding {
+                role_bindings += 1;
                 namespaces.entry(pending.namespace.clone()).or_default()
             } else {
                 &mut index

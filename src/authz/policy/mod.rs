@@ -8,6 +8,7 @@ mod errors;
 mod index;
 mod kinds;
 pub mod lint;
+mod live;
 mod load;
 mod validation;
 
@@ -18,7 +19,9 @@ use super::{Attributes, Decision, Reason};
 use index::{Binding, Candidate, SubjectIndex};
 use load::RoleSource;
 
+pub use aggregate::LabelSelector;
 pub use errors::{PolicyError, PolicyProblem};
+pub use live::{ObjectKey, RoleKind, WatchedBinding, WatchedRole};
 pub use load::MAX_POLICY_FILE_BYTES;
 
 /// The reason given when no binding allows a kubelet (cluster-wide) attribute set.

@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use crate::admin::metrics::Outcome;
 use crate::authn::{ANONYMOUS_USER, UNAUTHENTICATED_GROUP, User};
+use crate::authz::live_rbac::{RbacStatus, State as RbacState};
 use crate::config::AuthorizationSettings;
 use crate::config::file::Origins;
 use crate::config::flags::ProxyFlags;
@@ -175,6 +176,14 @@ pub async fn run(args: &ExplainArgs, origins: &Origins) -> u8 {
             return EXIT_ERROR;
         }
     };
+    if let Some(rbac) = decider.authorizers.rbac()
+        && !rbac.wait_synced(RBAC_SYNC_WAIT).await
+    {
+        eprintln!(
+            "kubelet-auth-proxy: warning: the RBAC authorizer could not list roles and bindings              within {}s (see the log above): it has no opinion in this answer",
+            RBAC_SYNC_WAIT.as_secs()
+        );
+    }
     if let Some(table) = &args.check {
         return check::run(&decider, table, args.output).await;
     }
@@ -206,6 +215,44 @@ fn print(document: &str, status: u8) -> u8 {
     }
 }
 
+/// The watched state the `RBAC` authorizer decided from.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RbacView {
+    /// `fresh`, `stale` (a watch is broken, the last state still decides), `expired` (broken
+    /// longer than `--rbac-max-staleness`: no opinion) or `not synced` (no opinion).
+    pub state: &'static str,
+    /// How old the policy in force is, in seconds: since it was last rebuilt from the watched
+    /// objects. Absent before the first complete list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_age_seconds: Option<f64>,
+    /// Per watched kind (`clusterroles`, …), seconds since the API server last answered about it.
+    pub last_contact_seconds: BTreeMap<&'static str, Option<f64>>,
+}
+
+impl RbacView {
+    /// The view of `status`.
+    pub fn of(status: &RbacStatus) -> RbacView {
+        RbacView {
+            state: match status.state {
+                RbacState::NotSynced { .. } => "not synced",
+                RbacState::Fresh => "fresh",
+                RbacState::Stale { .. } => "stale",
+                RbacState::Expired { .. } => "expired",
+            },
+            policy_age_seconds: status.policy_age.map(|age| age.as_secs_f64()),
+            last_contact_seconds: status
+                .contact
+                .iter()
+                .map(|(kind, since)| (kind.resource(), since.map(|s| s.as_secs_f64())))
+                .collect(),
+        }
+    }
+}
+
+/// How long `explain` waits for the `RBAC` authorizer's first lists before deciding without them.
+const RBAC_SYNC_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Everything `explain` found out about one request, in the order the proxy decides.
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -220,6 +267,9 @@ pub struct Explanation {
     pub node_name: String,
     /// The authorizer chain, in order.
     pub authorizers: Vec<&'static str>,
+    /// What the `RBAC` authorizer decided from, when the chain has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rbac: Option<RbacView>,
     /// The path gate's verdict.
     pub path: PathVerdict,
     /// The verb, empty for methods the kubelet does not map; absent when the path gate answered.

@@ -44,6 +44,25 @@ fn write_text(e: &Explanation, out: &mut String) -> fmt::Result {
     }
     writeln!(out, "node:        {}", printable(&e.node_name))?;
     writeln!(out, "authorizers: {}", e.authorizers.join(", "))?;
+    if let Some(rbac) = &e.rbac {
+        let age = rbac
+            .policy_age_seconds
+            .map_or_else(String::new, |age| format!(", policy built {age:.1}s ago"));
+        let contact: Vec<String> = rbac
+            .last_contact_seconds
+            .iter()
+            .map(|(kind, since)| match since {
+                Some(since) => format!("{kind} {since:.1}s ago"),
+                None => format!("{kind} never"),
+            })
+            .collect();
+        writeln!(
+            out,
+            "rbac:        {}{age}; API server last heard: {}",
+            rbac.state,
+            contact.join(", ")
+        )?;
+    }
     match &e.path {
         PathVerdict::Canonical { decoded } => {
             writeln!(out, "path:        canonical ({})", printable(decoded))?;

@@ -9,7 +9,8 @@ use http_body_util::BodyExt;
 
 use super::{
     API_VERSION, Answer, AttributeTrial, AuthorizerAnswer, Conclusion, ConditionAnswer,
-    ConditionOutcome, Explanation, KIND, PathVerdict, PodSet, RequestInfo, UserInfo, WebhookStep,
+    ConditionOutcome, Explanation, KIND, PathVerdict, PodSet, RbacView, RequestInfo, UserInfo,
+    WebhookStep,
 };
 use crate::admin::metrics::Outcome;
 use crate::authn::{Authentication, User};
@@ -96,6 +97,7 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
         },
         node_name: decider.node_name.to_string(),
         authorizers: chain.authorizers().iter().map(Authorizer::name).collect(),
+        rbac: chain.rbac().map(|rbac| RbacView::of(&rbac.status())),
         path,
         verb,
         subresources,
@@ -116,6 +118,31 @@ struct Recorder<'a> {
     trials: Vec<AttributeTrial>,
     /// The match conditions of the authorizer being asked, until its answer.
     conditions: Vec<ConditionAnswer>,
+}
+
+impl Recorder<'_> {
+    /// The trial of `subresource`'s set, begun at its first answer. The chain's local
+    /// authorizers answer on every set before a Webhook answers on any, so a set's answers do
+    /// not all arrive together.
+    fn trial(&mut self, subresource: &'static str) -> &mut AttributeTrial {
+        let index = match self
+            .trials
+            .iter()
+            .position(|t| t.subresource == subresource)
+        {
+            Some(index) => index,
+            None => {
+                self.trials.push(AttributeTrial {
+                    subresource,
+                    answers: Vec::with_capacity(self.chain.authorizers().len()),
+                    decision: Answer::NotAsked,
+                    decided_by: None,
+                });
+                self.trials.len() - 1
+            }
+        };
+        &mut self.trials[index]
+    }
 }
 
 impl Observer for Recorder<'_> {
@@ -148,18 +175,6 @@ impl Observer for Recorder<'_> {
         authorizer: &Authorizer,
         answer: &Result<Decision, AuthorizationError>,
     ) {
-        if self
-            .trials
-            .last()
-            .is_none_or(|t| t.subresource != subresource)
-        {
-            self.trials.push(AttributeTrial {
-                subresource,
-                answers: Vec::with_capacity(self.chain.authorizers().len()),
-                decision: Answer::NotAsked,
-                decided_by: None,
-            });
-        }
         let (answer, reason) = match answer {
             Ok(Decision::Allow(reason)) => (Answer::Allow, reason.to_string()),
             Ok(Decision::Deny(reason)) => (Answer::Deny, reason.to_string()),
@@ -168,15 +183,13 @@ impl Observer for Recorder<'_> {
         };
         let match_conditions = std::mem::take(&mut self.conditions);
         let webhook = webhook_step(&match_conditions);
-        if let Some(trial) = self.trials.last_mut() {
-            trial.answers.push(AuthorizerAnswer {
-                authorizer: authorizer.name(),
-                answer,
-                reason,
-                match_conditions,
-                webhook,
-            });
-        }
+        self.trial(subresource).answers.push(AuthorizerAnswer {
+            authorizer: authorizer.name(),
+            answer,
+            reason,
+            match_conditions,
+            webhook,
+        });
     }
 
     fn decided(
@@ -184,22 +197,9 @@ impl Observer for Recorder<'_> {
         subresource: &'static str,
         result: &Result<(Decision, Option<&'static str>), AuthorizationError>,
     ) {
-        if self
-            .trials
-            .last()
-            .is_none_or(|t| t.subresource != subresource)
-        {
-            self.trials.push(AttributeTrial {
-                subresource,
-                answers: Vec::new(),
-                decision: Answer::NotAsked,
-                decided_by: None,
-            });
-        }
-        let Some(trial) = self.trials.last_mut() else {
-            return;
-        };
-        for authorizer in self.chain.authorizers().iter().skip(trial.answers.len()) {
+        let chain = self.chain;
+        let trial = self.trial(subresource);
+        for authorizer in chain.authorizers().iter().skip(trial.answers.len()) {
             trial.answers.push(AuthorizerAnswer {
                 authorizer: authorizer.name(),
                 answer: Answer::NotAsked,
