@@ -451,12 +451,13 @@ impl ApiServerClient {
         decode_subject_access_review(&body)
     }
 
-    /// Asks whether this client's own identity may `create` `resource` in `group` (a
+    /// Asks whether this client's own identity may `verb` `resource` in `group` (a
     /// SelfSubjectAccessReview, as `kubectl auth can-i` sends): what `check-config --probe`
-    /// checks before the proxy depends on it. One attempt, bounded like a review; outside the
+    /// checks before the proxy depends on it (creating reviews; listing and watching RBAC). One attempt, bounded like a review; outside the
     /// review gates and metrics.
-    pub async fn may_create(
+    pub async fn may(
         &self,
+        verb: &str,
         group: &str,
         resource: &str,
     ) -> Result<SubjectAccessReviewStatus, ApiCallError> {
@@ -465,7 +466,7 @@ impl ApiServerClient {
                 resource_attributes: Some(ResourceAttributes {
                     group: Some(group.to_owned()),
                     resource: Some(resource.to_owned()),
-                    verb: Some("create".to_owned()),
+                    verb: Some(verb.to_owned()),
                     ..ResourceAttributes::default()
                 }),
                 ..SelfSubjectAccessReviewSpec::default()

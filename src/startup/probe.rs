@@ -2,8 +2,8 @@
 //! depends on them. The kubelet gets one `GET /healthz` as the proxy would send it; each API
 //! server client is asked, with a SelfSubjectAccessReview, whether its identity may create the
 //! reviews the proxy will send (TokenReviews for `--authentication-token-webhook`,
-//! SubjectAccessReviews for a `Webhook` authorizer). Nothing else is opened and nothing is
-//! written.
+//! SubjectAccessReviews for a `Webhook` authorizer), and whether it may list and watch the RBAC
+//! kinds an `RBAC` authorizer watches. Nothing else is opened and nothing is written.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -60,11 +60,24 @@ async fn check_kubelet(settings: Settings, findings: &mut Findings) {
     }
 }
 
-/// A review the proxy will create, as `(group, resource)`.
-type Need = (&'static str, &'static str);
+/// What the proxy will do with the API server, as `(verb, group, resource)`.
+type Need = (&'static str, &'static str, &'static str);
 
-const TOKEN_REVIEWS: Need = ("authentication.k8s.io", "tokenreviews");
-const ACCESS_REVIEWS: Need = ("authorization.k8s.io", "subjectaccessreviews");
+const TOKEN_REVIEWS: Need = ("create", "authentication.k8s.io", "tokenreviews");
+const ACCESS_REVIEWS: Need = ("create", "authorization.k8s.io", "subjectaccessreviews");
+/// The `RBAC` authorizer lists and watches the four kinds (Roles and RoleBindings only with
+/// `--pod-scoped-authz`, but a grant of all four is what config/rbac.yaml gives, and checked).
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+const RBAC_READS: [Need; 8] = [
+    ("list", RBAC_GROUP, "clusterroles"),
+    ("watch", RBAC_GROUP, "clusterroles"),
+    ("list", RBAC_GROUP, "clusterrolebindings"),
+    ("watch", RBAC_GROUP, "clusterrolebindings"),
+    ("list", RBAC_GROUP, "roles"),
+    ("watch", RBAC_GROUP, "roles"),
+    ("list", RBAC_GROUP, "rolebindings"),
+    ("watch", RBAC_GROUP, "rolebindings"),
+];
 
 /// Each API server client serving would build (the same sharing as `assemble`), with the reviews
 /// it will create.
@@ -82,7 +95,20 @@ fn apiserver_checks(settings: &Settings) -> Vec<(ApiServerSettings, Vec<Need>)> 
             AuthorizerSettings::Webhook { apiserver, .. } => Some((&**apiserver, ACCESS_REVIEWS)),
             _ => None,
         });
-    for (apiserver, need) in token.into_iter().chain(webhooks) {
+    let pods = settings.authorization.mapping.pod_scoped;
+    let rbac = settings
+        .authorization
+        .authorizers
+        .iter()
+        .filter_map(|a| match a {
+            AuthorizerSettings::Rbac(rbac) => Some(&rbac.apiserver),
+            _ => None,
+        })
+        .flat_map(|apiserver| {
+            let kinds = if pods { &RBAC_READS[..] } else { &RBAC_READS[..4] };
+            kinds.iter().map(move |&need| (apiserver, need))
+        });
+    for (apiserver, need) in token.into_iter().chain(webhooks).chain(rbac) {
         match checks
             .iter_mut()
             .find(|(known, _)| known.sharing_key() == apiserver.sharing_key())
@@ -99,16 +125,22 @@ fn apiserver_checks(settings: &Settings) -> Vec<(ApiServerSettings, Vec<Need>)> 
 async fn check_apiserver(settings: ApiServerSettings, needs: &[Need], findings: &mut Findings) {
     let source = source_of(settings.sharing_key().0);
     let client = ApiServerClient::new(settings, 1, Arc::new(Metrics::new()));
-    for &(group, resource) in needs {
-        let asked = tokio::time::timeout(PROBE_TIMEOUT, client.may_create(group, resource)).await;
+    for &(verb, group, resource) in needs {
+        let asked = tokio::time::timeout(PROBE_TIMEOUT, client.may(verb, group, resource)).await;
+        let fix = if group == RBAC_GROUP {
+            "bind it to the kubelet-auth-proxy:rbac-reader ClusterRole (config/rbac.yaml) for \
+             --authorization-mode=RBAC"
+        } else {
+            "bind it to system:auth-delegator (config/rbac.yaml), or use the kubelet's own \
+             identity (docs/OPERATIONS.md, \"API server credentials\")"
+        };
         match asked {
             Ok(Ok(status)) if status.allowed => findings.working.push(format!(
-                "probe: the API server lets {source} create {resource}.{group}"
+                "probe: the API server lets {source} {verb} {resource}.{group}"
             )),
             Ok(Ok(status)) => findings.failing.push(format!(
-                "{source}: probe: the API server does not let this identity create \
-                 {resource}.{group}{}; bind it to system:auth-delegator (config/rbac.yaml), or \
-                 use the kubelet's own identity (docs/OPERATIONS.md, \"API server credentials\")",
+                "{source}: probe: the API server does not let this identity {verb} \
+                 {resource}.{group}{}; {fix}",
                 if status.reason.as_deref().unwrap_or_default().is_empty() {
                     String::new()
                 } else {

@@ -1207,6 +1207,54 @@ async fn chain_node_policy_webhook_asks_the_api_server_last() {
     assert_eq!(subresources(&api), vec!["stats", "metrics"]);
 }
 
+#[tokio::test]
+async fn local_authorizers_answer_every_attribute_set_before_any_review() {
+    let api = ApiServer::start().await;
+    api.set_rules(|r| {
+        if r.user == "bob" {
+            Verdict::allow()
+        } else {
+            Verdict::no_opinion()
+        }
+    });
+    // GET /pods asks nodes/pods, then nodes/proxy: the policy grants only the second.
+    let policy = grant(
+        "proxy-reader",
+        &["nodes/proxy"],
+        &["get"],
+        &[Subject::User("alice")],
+    );
+    let h = ProxySpec::new(&["--authorization-mode=Node,Policy,Webhook"])
+        .policy(&policy)
+        .apiserver(&api)
+        .start()
+        .await;
+
+    // The kubelet's loop would ask the webhook about nodes/pods first; the local policy is
+    // asked about both sets before any review, and allows the second.
+    assert_eq!(h.user("alice", &[]).get("/pods").await.status, StatusCode::OK);
+    assert!(api.access_reviews().is_empty(), "{:?}", api.access_reviews());
+
+    // Nothing local allows: the webhook is asked, set by set, as the kubelet asks.
+    assert_eq!(h.user("bob", &[]).get("/pods").await.status, StatusCode::OK);
+    assert_eq!(subresources(&api), vec!["pods"]);
+    assert_forbidden(&h.user("carol", &[]).get("/pods").await, "carol", "get", "pods");
+    assert_eq!(subresources(&api), vec!["pods", "pods", "proxy"]);
+
+    // Counted by the mode that decided.
+    let text = metrics(&h).await;
+    let decisions = |mode: &str, decision: &str| {
+        total(
+            &text,
+            "kubelet_auth_proxy_authorization_decisions_total",
+            &[("mode", mode), ("decision", decision)],
+        )
+    };
+    assert_eq!(decisions("Policy", "allowed"), 1.0, "{text}");
+    assert_eq!(decisions("Webhook", "allowed"), 1.0, "{text}");
+    assert_eq!(decisions("none", "forbidden"), 1.0, "{text}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Metrics (secrets in logs: see secrets.rs)
 // ---------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@ impl Scope {
 
     /// What the watch keeps of a ClusterRole, `None` when nothing.
     pub fn cluster_role(self, role: rbac::ClusterRole) -> Option<WatchedRole> {
+        let written = role.rules.as_ref().is_some_and(|rules| !rules.is_empty());
         let rules = self.rules(role.rules);
         let aggregation = role
             .aggregation_rule
@@ -48,7 +49,7 @@ impl Scope {
             .map(|selectors| selectors.into_iter().map(selector).collect::<Vec<_>>());
         // An aggregated role written without rules is filled in from the roles it selects; one
         // that carries rules (the controller wrote them) is used as it is, as RBAC reads it.
-        let aggregated = aggregation.is_some() && rules.is_empty();
+        let aggregated = aggregation.is_some() && !written;
         if rules.is_empty() && !aggregated {
             return None;
         }
