@@ -225,13 +225,47 @@ async fn roles_list_across_namespaces_or_in_one() {
     assert_eq!(names, ["ns-a/reader", "ns-a/writer", "ns-b/reader"]);
     let one = within(
         "listing one namespace's roles",
-        Api::<Role>::namespaced(client, "ns-b").list(&ListParams::default()),
+        Api::<Role>::namespaced(client.clone(), "ns-b").list(&ListParams::default()),
     )
     .await
     .unwrap();
     assert_eq!(one.items.len(), 1);
+
+    // Watched across namespaces, as the RBAC authorizer watches them.
+    let mut events: Events<Role> = kube::runtime::watcher(
+        Api::<Role>::all(client),
+        watcher::Config::default().any_semantic(),
+    )
+    .boxed();
+    for expected in [
+        "Init",
+        "InitApply reader",
+        "InitApply writer",
+        "InitApply reader",
+        "InitDone",
+    ] {
+        assert_eq!(next_event(&mut events).await, expected);
+    }
+    until_watching(&mut events, &api, RbacKind::Role, 1).await;
     api.delete_rbac(RbacKind::Role, "ns-b", "reader");
-    assert_eq!(api.rbac_lists(RbacKind::Role), 2);
+    match next(&mut events).await.unwrap() {
+        Event::Delete(deleted) => {
+            assert_eq!(deleted.namespace().as_deref(), Some("ns-b"));
+            assert_eq!(deleted.resource_version().as_deref(), Some("5"));
+        }
+        other => panic!("expected Delete reader, got {}", describe(&other)),
+    }
+    // In one namespace, only its changes.
+    api.apply_rbac(role("ns-b", "auditor"));
+    api.apply_rbac(role("ns-a", "auditor"));
+    let (_, lines) = watch_lines(
+        &proxy_client(&api),
+        "/apis/rbac.authorization.k8s.io/v1/namespaces/ns-a/roles?watch=true&resourceVersion=5&timeoutSeconds=1",
+    )
+    .await;
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["object"]["metadata"]["namespace"], "ns-a");
+    assert_eq!(api.rbac_lists(RbacKind::Role), 3);
     assert_eq!(api.rbac_lists(RbacKind::RoleBinding), 0);
 }
 
