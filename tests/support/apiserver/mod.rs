@@ -1,6 +1,7 @@
 //! A stand-in Kubernetes API server for the delegated-auth scenarios: the handle a test drives
 //! ([`ApiServer`]: tokens, rules, faults, holds, the kubeconfigs it writes) and the record of every
-//! review received; TokenReview is in `tokens`, SubjectAccessReview in `access`, HTTPS in `serve`.
+//! review received; TokenReview is in `tokens`, SubjectAccessReview in `access`, HTTPS in `serve`,
+//! the RBAC objects an RBAC authorizer lists and watches (and their faults) in `rbac`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,12 +21,16 @@ use super::pki::{Authority, CertSpec};
 use super::{TempDir, within};
 
 mod access;
+mod rbac;
+#[cfg(test)]
+mod rbac_tests;
 mod serve;
 #[cfg(test)]
 mod tests;
 mod tokens;
 
 pub use access::{AccessReview, Verdict};
+pub use rbac::{RbacKind, RbacRequest, RbacVerb};
 use serve::{kind_name, spawn};
 pub use tokens::TokenUser;
 use tokens::TokenVerdict;
@@ -173,6 +178,8 @@ struct State {
     access_reviews: Vec<Value>,
     /// `(group, resource)` its callers may `create`, as SelfSubjectAccessReviews answer.
     caller_may_create: Vec<(String, String)>,
+    /// RBAC objects, their watches and their faults.
+    rbac: rbac::Store,
 }
 
 impl State {
@@ -280,6 +287,7 @@ impl ApiServer {
                     ("authentication.k8s.io".into(), "tokenreviews".into()),
                     ("authorization.k8s.io".into(), "subjectaccessreviews".into()),
                 ],
+                rbac: rbac::Store::default(),
             }),
             caller_token: format!("stand-in-caller-{}", addr.port()),
         });
@@ -466,6 +474,45 @@ current-context: stand-in
     pub async fn wait_for_arrivals(&self, kind: Kind, n: usize) {
         within(&format!("waiting for {n} {kind:?} calls"), async {
             while self.arrivals(kind) < n {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
+
+    /// Every RBAC list and watch request, in order of arrival (refused ones included).
+    pub fn rbac_requests(&self) -> Vec<RbacRequest> {
+        self.shared.lock().rbac.requests.clone()
+    }
+
+    /// How many lists of `kind` were started (first pages only: a paged list counts once).
+    pub fn rbac_lists(&self, kind: RbacKind) -> usize {
+        self.shared
+            .lock()
+            .rbac
+            .requests
+            .iter()
+            .filter(|r| r.kind == kind && r.verb == RbacVerb::List && !r.continued)
+            .count()
+    }
+
+    /// The resourceVersion each watch of `kind` asked to start from, in order of arrival.
+    pub fn rbac_watches(&self, kind: RbacKind) -> Vec<String> {
+        self.shared
+            .lock()
+            .rbac
+            .requests
+            .iter()
+            .filter(|r| r.kind == kind && r.verb == RbacVerb::Watch)
+            .map(|r| r.resource_version.clone())
+            .collect()
+    }
+
+    /// Waits (bounded) until at least `n` watches of `kind` have arrived. An accepted watch that
+    /// arrived misses no change made after this returns: it replays it or receives it live.
+    pub async fn wait_for_rbac_watches(&self, kind: RbacKind, n: usize) {
+        within(&format!("waiting for {n} {kind:?} watches"), async {
+            while self.rbac_watches(kind).len() < n {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })

@@ -1,6 +1,7 @@
 //! The stand-in API server's plumbing: the TLS listener and its connections, routing, faults and
 //! holds, and answers as kube-apiserver writes them (`201 Created` echoing the `spec`, `Status`
-//! objects for every error, bodies too large to hold).
+//! objects for every error, bodies too large to hold). RBAC lists and watches are routed to
+//! `rbac`.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -26,6 +27,7 @@ use tokio_rustls::TlsAcceptor;
 use x509_parser::prelude::FromDer;
 
 use super::access::review_access;
+use super::rbac::{self, Cut};
 use super::tokens::review_token;
 use super::{
     ACCESS_REVIEWS_PATH, Call, Caller, Fault, HANDSHAKE_TIMEOUT, Kind, MAX_REQUEST_BODY,
@@ -98,14 +100,22 @@ fn common_name(der: &[u8]) -> Option<String> {
     cn.as_str().ok().map(str::to_owned)
 }
 
-type ResponseBody = BoxBody<Bytes, Infallible>;
+/// Every answer's body; only a watch the test cuts ends in an error.
+pub(super) type ResponseBody = BoxBody<Bytes, Cut>;
 
 async fn handle(
     req: Request<Incoming>,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     certificate: Option<String>,
     serial: Option<String>,
 ) -> Response<ResponseBody> {
+    if let Some(route) = rbac::route(req.uri().path()) {
+        if req.method() != Method::GET {
+            return method_not_allowed(req.method());
+        }
+        let caller = caller_of(&req, shared, certificate);
+        return rbac::serve(req.uri(), route, caller, shared).await;
+    }
     let kind = match req.uri().path() {
         SELF_ACCESS_REVIEWS_PATH => return self_review(req, shared, certificate).await,
         TOKEN_REVIEWS_PATH => Kind::TokenReview,
@@ -120,15 +130,7 @@ async fn handle(
         }
     };
     if req.method() != Method::POST {
-        return status_response(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "MethodNotAllowed",
-            &format!(
-                "the server does not allow this method on the requested resource ({})",
-                req.method()
-            ),
-            None,
-        );
+        return method_not_allowed(req.method());
     }
     let hold = {
         let mut state = shared.lock();
@@ -139,11 +141,7 @@ async fn handle(
             .filter(|(target, _)| target.matches(kind))
             .map(|(_, rx)| rx.clone())
     };
-    let caller = certificate.map(Caller::Certificate).or_else(|| {
-        let expected = format!("Bearer {}", shared.caller_token);
-        let presented = req.headers().get(AUTHORIZATION)?;
-        (presented.as_bytes() == expected.as_bytes()).then_some(Caller::Token)
-    });
+    let caller = caller_of(&req, shared, certificate);
     let arrived = std::time::Instant::now();
     let response = answer(req, kind, caller.is_some(), shared, hold).await;
     shared.lock().calls.push(Call {
@@ -155,6 +153,28 @@ async fn handle(
         answered: std::time::Instant::now(),
     });
     response
+}
+
+/// How a call authenticated: its verified client certificate, else the caller token.
+fn caller_of(
+    req: &Request<Incoming>,
+    shared: &Shared,
+    certificate: Option<String>,
+) -> Option<Caller> {
+    certificate.map(Caller::Certificate).or_else(|| {
+        let expected = format!("Bearer {}", shared.caller_token);
+        let presented = req.headers().get(AUTHORIZATION)?;
+        (presented.as_bytes() == expected.as_bytes()).then_some(Caller::Token)
+    })
+}
+
+fn method_not_allowed(method: &Method) -> Response<ResponseBody> {
+    status_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        &format!("the server does not allow this method on the requested resource ({method})"),
+        None,
+    )
 }
 
 /// A SelfSubjectAccessReview: may the caller itself `create` the resource asked about?
@@ -395,12 +415,12 @@ fn status_response(
     json_response(code, &status)
 }
 
-fn json_response(code: StatusCode, value: &Value) -> Response<ResponseBody> {
+pub(super) fn json_response(code: StatusCode, value: &Value) -> Response<ResponseBody> {
     json_bytes(code, Bytes::from(serde_json::to_vec(value).unwrap()))
 }
 
 fn json_bytes(code: StatusCode, body: Bytes) -> Response<ResponseBody> {
-    let mut response = Response::new(Full::new(body).boxed());
+    let mut response = Response::new(Full::new(body).map_err(|never| match never {}).boxed());
     *response.status_mut() = code;
     response
         .headers_mut()
@@ -421,7 +441,7 @@ fn oversized(code: StatusCode, mut review: Value, bytes: usize) -> Response<Resp
         remaining: padding,
         suffix: Some(Bytes::from(after.to_owned())),
     };
-    let mut response = Response::new(body.boxed());
+    let mut response = Response::new(body.map_err(|never| match never {}).boxed());
     *response.status_mut() = code;
     response
         .headers_mut()
