@@ -105,7 +105,11 @@ fn apiserver_checks(settings: &Settings) -> Vec<(ApiServerSettings, Vec<Need>)> 
             _ => None,
         })
         .flat_map(|apiserver| {
-            let kinds = if pods { &RBAC_READS[..] } else { &RBAC_READS[..4] };
+            let kinds = if pods {
+                &RBAC_READS[..]
+            } else {
+                &RBAC_READS[..4]
+            };
             kinds.iter().map(move |&need| (apiserver, need))
         });
     for (apiserver, need) in token.into_iter().chain(webhooks).chain(rbac) {

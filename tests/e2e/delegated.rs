@@ -1232,13 +1232,25 @@ async fn local_authorizers_answer_every_attribute_set_before_any_review() {
 
     // The kubelet's loop would ask the webhook about nodes/pods first; the local policy is
     // asked about both sets before any review, and allows the second.
-    assert_eq!(h.user("alice", &[]).get("/pods").await.status, StatusCode::OK);
-    assert!(api.access_reviews().is_empty(), "{:?}", api.access_reviews());
+    assert_eq!(
+        h.user("alice", &[]).get("/pods").await.status,
+        StatusCode::OK
+    );
+    assert!(
+        api.access_reviews().is_empty(),
+        "{:?}",
+        api.access_reviews()
+    );
 
     // Nothing local allows: the webhook is asked, set by set, as the kubelet asks.
     assert_eq!(h.user("bob", &[]).get("/pods").await.status, StatusCode::OK);
     assert_eq!(subresources(&api), vec!["pods"]);
-    assert_forbidden(&h.user("carol", &[]).get("/pods").await, "carol", "get", "pods");
+    assert_forbidden(
+        &h.user("carol", &[]).get("/pods").await,
+        "carol",
+        "get",
+        "pods proxy",
+    );
     assert_eq!(subresources(&api), vec!["pods", "pods", "proxy"]);
 
     // Counted by the mode that decided.

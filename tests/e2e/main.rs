@@ -26,6 +26,7 @@ mod fuzz_corpus;
 mod hostile;
 mod hygiene;
 pub mod joining;
+mod live_rbac;
 mod manifests;
 mod match_conditions;
 mod memory_bounds;

@@ -57,7 +57,10 @@ fn a_binding_to_a_role_not_held_grants_nothing_and_does_not_fail_the_build() {
     store
         .cluster_role_bindings
         .insert(key("", "ghost"), user_binding("missing", "alice"));
-    assert!(matches!(proxy_decision(&store, "alice"), Decision::NoOpinion(_)));
+    assert!(matches!(
+        proxy_decision(&store, "alice"),
+        Decision::NoOpinion(_)
+    ));
     store.cluster_roles.insert(
         key("", "missing"),
         WatchedRole {
@@ -95,10 +98,16 @@ fn an_aggregated_role_follows_the_labels_of_the_roles_it_selects() {
         ..WatchedRole::default()
     };
     store.cluster_roles.insert(key("", "proxy"), proxy.clone());
-    assert!(matches!(proxy_decision(&store, "alice"), Decision::NoOpinion(_)));
+    assert!(matches!(
+        proxy_decision(&store, "alice"),
+        Decision::NoOpinion(_)
+    ));
     proxy.labels = [("kubelet".to_owned(), "true".to_owned())].into();
     store.cluster_roles.insert(key("", "proxy"), proxy);
-    assert!(matches!(proxy_decision(&store, "alice"), Decision::Allow(_)));
+    assert!(matches!(
+        proxy_decision(&store, "alice"),
+        Decision::Allow(_)
+    ));
 }
 
 #[test]

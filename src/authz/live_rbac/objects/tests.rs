@@ -40,7 +40,9 @@ fn only_rules_that_can_grant_a_kubelet_attribute_are_kept() {
         rule(&[""], &["pods/exec"], &["create"]),
         rule(&[""], &["*"], &["list"]),
     ]);
-    let kept = NODES.cluster_role(role.clone()).expect("some rules can grant");
+    let kept = NODES
+        .cluster_role(role.clone())
+        .expect("some rules can grant");
     let resources: Vec<&[String]> = kept.rules.iter().map(|r| r.resources.as_slice()).collect();
     assert_eq!(
         resources,
@@ -93,7 +95,9 @@ fn an_aggregated_role_without_rules_keeps_its_selectors_and_labels() {
             ..LabelSelector::default()
         }]),
     });
-    let kept = NODES.cluster_role(role.clone()).expect("aggregated roles are kept");
+    let kept = NODES
+        .cluster_role(role.clone())
+        .expect("aggregated roles are kept");
     assert!(kept.rules.is_empty());
     assert_eq!(kept.aggregation.as_ref().map(Vec::len), Some(1));
 
