@@ -5,9 +5,15 @@
 //!
 //! `cargo run --release --example fleet_sim -- --out target/fleet` writes `fleet.csv` (reviews
 //! per second of every run), `fleet.png` (the plot) and prints the summary table.
+//!
+//! `--mode rbac` models the RBAC mode instead (lists and watches of the RBAC objects, no
+//! reviews of access; `watch`, `rbac`) and writes `fleet-rbac.csv`; `--mode both` runs both and
+//! sets their figures side by side.
 
 mod model;
 mod png;
+mod rbac;
+mod watch;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -16,6 +22,28 @@ use clap::Parser;
 use kubelet_auth_proxy::apiserver::cache::policy::{self, Fill};
 
 use model::{Params, Record, Rule, Scraper, Sim, Start};
+use rbac::{RbacOptions, Reviews};
+use watch::RbacSet;
+
+/// Which authorization mode's API server load to model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Mode {
+    /// Reviews: SubjectAccessReviews and TokenReviews through the caches.
+    Webhook,
+    /// Lists and watches of the RBAC objects; access decided on the node.
+    Rbac,
+    /// Both, and a table of their figures side by side.
+    Both,
+}
+
+fn rbac_set(name: &str) -> Result<RbacSet, String> {
+    watch::preset(name).ok_or_else(|| {
+        format!(
+            "unknown RBAC set {name:?}; one of {}",
+            watch::PRESETS.join(", ")
+        )
+    })
+}
 
 /// Simulates a fleet of proxies and the reviews they send to the API server.
 #[derive(Debug, Parser)]
@@ -50,6 +78,26 @@ struct Cli {
     /// Also a metrics-server scraping /metrics/resource every 15 s with its own token.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     metrics_server: bool,
+    /// Which mode's load: webhook (reviews), rbac (lists and watches) or both.
+    #[arg(long, value_enum, default_value_t = Mode::Webhook)]
+    mode: Mode,
+    /// The RBAC sets to model: small (100 ClusterRoles, 100 ClusterRoleBindings), large (5,000
+    /// of each); with -pod (`--pod-scoped-authz`) Roles and RoleBindings too (small: 50 and 200,
+    /// large: 2,000 and 20,000).
+    #[arg(long, value_delimiter = ',', value_parser = rbac_set,
+          default_value = "small,large,large-pod")]
+    rbac_sets: Vec<RbacSet>,
+    /// `--rbac-start-jitter`, in milliseconds: each process waits a uniform part of it before
+    /// its first lists.
+    #[arg(long, default_value_t = 5_000)]
+    rbac_start_jitter_ms: u64,
+    /// How long the API server takes to answer one list page (500 objects) from its watch
+    /// cache, in milliseconds.
+    #[arg(long, default_value_t = 50)]
+    rbac_page_ms: u64,
+    /// How long the RBAC mode's outage lasts, in seconds (the Webhook mode's is 10 minutes).
+    #[arg(long, default_value_t = 600)]
+    rbac_outage_s: u64,
 }
 
 /// The default `--authentication-token-webhook-cache-ttl`.
@@ -137,6 +185,25 @@ struct Run {
 
 fn main() -> std::io::Result<()> {
     let cli = Cli::parse();
+    std::fs::create_dir_all(&cli.out)?;
+    let webhook = (cli.mode != Mode::Rbac)
+        .then(|| run_webhook(&cli))
+        .transpose()?;
+    if cli.mode != Mode::Webhook {
+        run_rbac(&cli, webhook.as_ref())?;
+    }
+    Ok(())
+}
+
+/// The Webhook mode's figures, for the side-by-side table: the proxy's rule, with access
+/// reviewed (Webhook) and decided on the node (what is left in the RBAC mode: TokenReviews).
+struct WebhookFigures {
+    webhook: Reviews,
+    token_only: Reviews,
+}
+
+/// The review model, every scenario and rule: fleet.csv, fleet.png and the summary table.
+fn run_webhook(cli: &Cli) -> std::io::Result<WebhookFigures> {
     let base = Params {
         nodes: cli.nodes,
         seed: cli.seed,
@@ -165,6 +232,7 @@ fn main() -> std::io::Result<()> {
         start: Start::Spread(ACCESS_TTL),
         rotation: None,
         outage: None,
+        local_access: false,
     };
     let third_ttl = ACCESS_TTL * 3;
     let scenarios = [
@@ -219,15 +287,85 @@ fn main() -> std::io::Result<()> {
             });
         }
     }
-    std::fs::create_dir_all(&cli.out)?;
     std::fs::write(cli.out.join("fleet.csv"), csv(&runs))?;
     std::fs::write(cli.out.join("fleet.png"), plot(&runs).encode())?;
-    print!("{}", summary(&cli, &runs));
+    print!("{}", summary(cli, &runs));
     println!(
         "\nwrote {} and {}",
         cli.out.join("fleet.csv").display(),
         cli.out.join("fleet.png").display()
     );
+    let outage_end = EVENT_AT + OUTAGE;
+    let proxy = |scenario: &str| {
+        runs.iter()
+            .find(|r| r.scenario == scenario && r.rule == PROXY.name)
+            .map(|r| &r.record)
+    };
+    let (Some(steady), Some(restart), Some(outage)) =
+        (proxy("steady"), proxy("restart"), proxy("outage"))
+    else {
+        unreachable!("every scenario runs the proxy's rule");
+    };
+    let webhook = Reviews::of(steady, restart, outage, third_ttl, outage_end);
+    // The RBAC mode keeps the TokenReviews: the same scenarios with access decided locally.
+    let mut token_only = scenarios.iter().filter(|s| s.name != "rotation").map(|s| {
+        let params = Params {
+            local_access: true,
+            ..s.params.clone()
+        };
+        Sim::run(&params, PROXY)
+    });
+    let (Some(steady), Some(restart), Some(outage)) =
+        (token_only.next(), token_only.next(), token_only.next())
+    else {
+        unreachable!("three scenarios");
+    };
+    let token_only = Reviews::of(&steady, &restart, &outage, third_ttl, outage_end);
+    Ok(WebhookFigures {
+        webhook,
+        token_only,
+    })
+}
+
+/// The RBAC mode's model for every set: fleet-rbac.csv and its table, beside the Webhook mode's
+/// figures when they ran.
+fn run_rbac(cli: &Cli, webhook: Option<&WebhookFigures>) -> std::io::Result<()> {
+    let options = RbacOptions {
+        nodes: cli.nodes,
+        seed: cli.seed,
+        duration: RUN,
+        event_at: EVENT_AT,
+        outage: Duration::from_secs(cli.rbac_outage_s),
+        start_jitter: Duration::from_millis(cli.rbac_start_jitter_ms),
+        page_latency: Duration::from_millis(cli.rbac_page_ms),
+    };
+    let runs = rbac::run(&options, &cli.rbac_sets);
+    std::fs::write(cli.out.join("fleet-rbac.csv"), rbac::csv(&runs))?;
+    println!(
+        "\nfleet_sim RBAC mode: {} nodes, seed {}, start jitter {} s, list pages of 500 in {} ms, \
+         watch timeouts 240-290 s, outage {} s{}\n",
+        cli.nodes,
+        cli.seed,
+        options.start_jitter.as_secs_f64(),
+        cli.rbac_page_ms,
+        cli.rbac_outage_s,
+        if webhook.is_some() {
+            "; Webhook: the proxy's rule above, outage 600 s; RBAC reviews: TokenReviews only"
+        } else {
+            ""
+        }
+    );
+    print!(
+        "{}",
+        rbac::table(
+            &options,
+            &runs,
+            webhook.map(|w| &w.webhook),
+            webhook.map(|w| &w.token_only)
+        )
+    );
+    print!("\n{}", rbac::restart_profile(&runs));
+    println!("\nwrote {}", cli.out.join("fleet-rbac.csv").display());
     Ok(())
 }
 

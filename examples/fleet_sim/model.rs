@@ -93,6 +93,9 @@ pub struct Params {
     pub rotation: Option<Time>,
     /// The API server refuses connections from this time, for this long.
     pub outage: Option<(Time, Duration)>,
+    /// Access is decided on the node (the RBAC mode, or a Policy rule): no SubjectAccessReview,
+    /// only the token's review. What is left of the review load when the RBAC mode allows.
+    pub local_access: bool,
 }
 
 /// What the API server and the clients saw, per second of the run.
@@ -100,6 +103,8 @@ pub struct Params {
 pub struct Record {
     /// Review calls received (every attempt), per second.
     pub calls: Vec<u32>,
+    /// Of those, SubjectAccessReviews (the rest are TokenReviews).
+    pub access_calls: Vec<u32>,
     /// Of those, answered 429.
     pub throttled: Vec<u32>,
     /// Of those, refused (outage).
@@ -218,6 +223,7 @@ impl<'a> Sim<'a> {
         let seconds = usize::try_from(params.duration.as_secs()).unwrap_or(usize::MAX) + 1;
         let record = Record {
             calls: vec![0; seconds],
+            access_calls: vec![0; seconds],
             throttled: vec![0; seconds],
             refused: vec![0; seconds],
             served: vec![0; seconds],
@@ -339,6 +345,13 @@ impl<'a> Sim<'a> {
             self.record.served[second] += 1;
             return;
         }
+        if request.stage == 1 && self.params.local_access {
+            self.lookup(Request {
+                stage: 2,
+                ..request
+            });
+            return;
+        }
         let key = self.key_of(&request);
         let now = self.now;
         let state = &mut self.nodes[request.node as usize].keys[key as usize];
@@ -445,6 +458,9 @@ impl<'a> Sim<'a> {
     fn send(&mut self, id: u32) {
         let second = self.second();
         self.record.calls[second] += 1;
+        if !self.reviews[id as usize].key.is_multiple_of(2) {
+            self.record.access_calls[second] += 1;
+        }
         let down = self
             .params
             .outage
