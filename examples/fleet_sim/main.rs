@@ -343,7 +343,7 @@ fn run_rbac(cli: &Cli, webhook: Option<&WebhookFigures>) -> std::io::Result<()> 
     std::fs::write(cli.out.join("fleet-rbac.csv"), rbac::csv(&runs))?;
     println!(
         "\nfleet_sim RBAC mode: {} nodes, seed {}, start jitter {} s, list pages of 500 in {} ms, \
-         watch timeouts 240-290 s, outage {} s{}\n",
+         watch timeouts 300-600 s, outage {} s{}\n",
         cli.nodes,
         cli.seed,
         options.start_jitter.as_secs_f64(),

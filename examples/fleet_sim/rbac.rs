@@ -56,7 +56,7 @@ pub fn run(options: &RbacOptions, sets: &[RbacSet]) -> Vec<RbacRuns> {
                 start_jitter: options.start_jitter,
                 page_size: 500,
                 page_latency: options.page_latency,
-                timeout_secs: (240, 290),
+                timeout_secs: (300, 600),
                 change: None,
                 outage: None,
                 gone_after_outage: false,

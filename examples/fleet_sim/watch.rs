@@ -1,13 +1,14 @@
 //! The RBAC mode's load on the API server (`docs/FLEET.md`, "RBAC mode: list and watch load"):
-//! every node keeps the cluster's RBAC objects itself, one kube-runtime watcher per watched kind,
+//! every node keeps the cluster's RBAC objects itself, one list-then-watch per watched kind,
 //! and decides locally, so what the API server sees is lists and watches instead of reviews.
 //!
 //! A discrete-event simulation on a virtual clock with a seeded generator, like the Webhook
-//! model ([`crate::model`]). The client side is kube-runtime's watcher as the proxy runs it: an
-//! initial list served from the watch cache in pages, then a watch resumed from the last
-//! resourceVersion each time the server closes it, and `DefaultBackoff` after every error, with
-//! the two details of `StreamBackoff` that shape the retries (an error backs off; any event,
-//! including the `Init` that starts every relist, resets the back-off). The server side is
+//! model ([`crate::model`]). The client side is the proxy's watch (`src/authz/live_rbac/watch.rs`):
+//! an initial list served from the watch cache in pages, then a watch resumed from the last
+//! resourceVersion each time the server closes it (each watch's `timeoutSeconds` drawn in
+//! 300–600 s, as client-go's reflector), a jittered back-off after every error that only a
+//! complete list or a watch the server ended normally resets, and a relist at once on 410 Gone.
+//! The server side is
 //! kube-apiserver's watch cache: lists at `resourceVersion=0` answered from memory, watches
 //! closed at their `timeoutSeconds`, bookmarks about once a minute, one event per watcher for a
 //! change, and after a restart, optionally, 410 Gone for resourceVersions from before it.
@@ -77,12 +78,10 @@ pub fn preset(name: &str) -> Option<RbacSet> {
     Some(RbacSet { name, kinds })
 }
 
-/// kube-runtime's `DefaultBackoff` (client-go's reflector values): from 0.8 s, doubling, at most
-/// 30 s, each delay plus a uniform jitter of up to itself; forgotten when the last back-off was
-/// more than 120 s ago.
+/// The proxy's back-off: a step from 0.8 s, doubling, at most 30 s; each wait drawn uniformly in
+/// [½, 1] of the step.
 const BACKOFF_MIN: Duration = Duration::from_millis(800);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
-const BACKOFF_RESET: Duration = Duration::from_secs(120);
 /// The watch cache's bookmark period, and how long before a watch's timeout it sends the last.
 const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 const BOOKMARK_BEFORE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -102,7 +101,7 @@ pub struct WatchParams {
     pub page_size: u32,
     /// How long the API server takes to answer one page from its watch cache.
     pub page_latency: Duration,
-    /// Each process draws its watches' `timeoutSeconds` uniformly in this range, once.
+    /// Each watch draws its `timeoutSeconds` uniformly in this range (whole seconds).
     pub timeout_secs: (u64, u64),
     /// At this time one object of this kind (an index in `set.kinds`) is created.
     pub change: Option<(Time, usize)>,
@@ -174,30 +173,24 @@ enum Event {
     },
 }
 
-/// kube-runtime's `DefaultBackoff`: a `ResetTimerBackoff` around backon's exponential back-off
-/// with jitter.
+/// The proxy's back-off (`Backoff` in `src/authz/live_rbac/watch.rs`).
 #[derive(Clone, Copy, Default)]
 struct Backoff {
-    current: Option<Duration>,
-    last: Option<Time>,
+    failures: u32,
 }
 
 impl Backoff {
-    fn next(&mut self, now: Time, draw: f64) -> Duration {
-        if self.last.is_some_and(|last| now > last + BACKOFF_RESET) {
-            self.current = None;
-        }
-        self.last = Some(now);
-        let current = self
-            .current
-            .map_or(BACKOFF_MIN, |current| (current * 2).min(BACKOFF_MAX));
-        self.current = Some(current);
-        current + current.mul_f64(draw)
+    fn next(&mut self, draw: f64) -> Duration {
+        let step = BACKOFF_MIN
+            .saturating_mul(1 << self.failures.min(16))
+            .min(BACKOFF_MAX);
+        self.failures = self.failures.saturating_add(1);
+        step.mul_f64(0.5 + 0.5 * draw)
     }
 
-    /// `StreamBackoff` resets on any event the watcher yields.
+    /// A complete list, or a watch the server ended at its timeout.
     fn reset(&mut self) {
-        self.current = None;
+        self.failures = 0;
     }
 }
 
@@ -231,8 +224,6 @@ pub struct WatchSim<'a> {
     seq: u64,
     events: BinaryHeap<Reverse<(Time, u64, Event)>>,
     watchers: Vec<Watcher>,
-    /// Each process's watch `timeoutSeconds`.
-    timeouts: Vec<Duration>,
     /// Kinds each node has listed at least once, and nodes that have listed them all.
     listed_kinds: Vec<u16>,
     synced_nodes: u32,
@@ -269,7 +260,6 @@ impl<'a> WatchSim<'a> {
             seq: 0,
             events: BinaryHeap::new(),
             watchers: Vec::new(),
-            timeouts: Vec::new(),
             listed_kinds: vec![0; params.nodes as usize],
             synced_nodes: 0,
             watching: 0,
@@ -278,16 +268,11 @@ impl<'a> WatchSim<'a> {
             recovering: false,
             record,
         };
-        let (low, high) = params.timeout_secs;
         for node in 0..params.nodes {
             let started = match params.start {
                 Start::Spread(within) => within.mul_f64(sim.rng.fraction()),
                 Start::Together => Duration::ZERO,
             } + params.start_jitter.mul_f64(sim.rng.fraction());
-            // Whole seconds, as `timeoutSeconds` is.
-            let spread = (high - low + 1) as f64 * sim.rng.fraction();
-            sim.timeouts
-                .push(Duration::from_secs(low + (spread as u64).min(high - low)));
             for kind in 0..params.set.kinds.len() {
                 sim.watchers.push(Watcher {
                     node,
@@ -365,11 +350,9 @@ impl<'a> WatchSim<'a> {
         self.params.set.kinds[usize::from(self.watchers[watcher as usize].kind)]
     }
 
-    /// The watcher's state is `Empty`: it yields `Init` (resetting the back-off), then asks for
-    /// the first page.
+    /// A (re)list: the first page.
     fn list(&mut self, watcher: u32) {
         let w = &mut self.watchers[watcher as usize];
-        w.backoff.reset();
         w.phase = Phase::Listing;
         self.page(watcher, 0);
     }
@@ -380,7 +363,7 @@ impl<'a> WatchSim<'a> {
         if self.down {
             let second = self.second();
             self.record.refused[second] += 1;
-            // A failed page sends the watcher back to `Empty`: the whole list again.
+            // A failed page: the whole list again, after the back-off.
             self.back_off(watcher, |watcher, epoch| Event::List { watcher, epoch });
             return;
         }
@@ -407,9 +390,10 @@ impl<'a> WatchSim<'a> {
             );
             return;
         }
-        // `InitDone`, then the watch: decided locally from the answer on.
+        // The list is complete, then the watch: decided locally from the answer on.
         let generation = self.generation;
         let w = &mut self.watchers[watcher as usize];
+        w.backoff.reset();
         let first = w.listed_in.is_none();
         w.listed_in = Some(generation);
         let node = w.node as usize;
@@ -430,7 +414,7 @@ impl<'a> WatchSim<'a> {
         let second = self.second();
         if self.down {
             self.record.refused[second] += 1;
-            // The watcher stays `InitListed`: after the back-off it watches again.
+            // After the back-off it watches again from the same resourceVersion.
             self.back_off(watcher, |watcher, epoch| Event::Watch { watcher, epoch });
             return;
         }
@@ -439,14 +423,15 @@ impl<'a> WatchSim<'a> {
             .listed_in
             .is_some_and(|listed| listed < self.generation);
         if self.params.gone_after_outage && stale {
-            // The watch is accepted, then its first event is an ERROR 410: an error (back-off),
-            // then `Empty`: a relist.
+            // The watch is accepted, then its first event is an ERROR 410: a relist at once.
             self.record.gone[second] += 1;
-            self.back_off(watcher, |watcher, epoch| Event::List { watcher, epoch });
+            self.list(watcher);
             return;
         }
-        let node = self.watchers[watcher as usize].node as usize;
-        let deadline = self.now + self.timeouts[node];
+        // Each watch draws its own timeout.
+        let (low, high) = self.params.timeout_secs;
+        let spread = (high - low + 1) as f64 * self.rng.fraction();
+        let deadline = self.now + Duration::from_secs(low + (spread as u64).min(high - low));
         let since = self.now;
         let w = &mut self.watchers[watcher as usize];
         w.phase = Phase::Watching { since, deadline };
@@ -460,9 +445,11 @@ impl<'a> WatchSim<'a> {
     }
 
     /// The server ends the watch at its timeout; the stream ends without an error, and the
-    /// watcher watches again at once from its resourceVersion (no back-off, no list).
+    /// watcher watches again at once from its resourceVersion (no back-off, no list), its
+    /// back-off forgotten.
     fn close(&mut self, watcher: u32) {
         self.end_watch(watcher);
+        self.watchers[watcher as usize].backoff.reset();
         self.watch(watcher);
     }
 
@@ -494,7 +481,7 @@ impl<'a> WatchSim<'a> {
         let draw = self.rng.fraction();
         let now = self.now;
         let w = &mut self.watchers[watcher as usize];
-        let delay = w.backoff.next(now, draw);
+        let delay = w.backoff.next(draw);
         w.phase = Phase::Idle;
         w.epoch += 1;
         let epoch = w.epoch;
@@ -514,14 +501,12 @@ impl<'a> WatchSim<'a> {
         }
     }
 
-    /// One object of `kind` created: one event to every watcher of that kind (an event resets
-    /// its back-off).
+    /// One object of `kind` created: one event to every watcher of that kind.
     fn change(&mut self, kind: u16) {
         let bytes = self.params.set.kinds[usize::from(kind)].bytes;
         let second = self.second();
-        for w in &mut self.watchers {
+        for w in &self.watchers {
             if w.kind == kind && matches!(w.phase, Phase::Watching { .. }) {
-                w.backoff.reset();
                 self.record.events[second] += 1;
                 self.record.event_bytes[second] += u64::from(bytes);
             }
