@@ -155,7 +155,8 @@ fn rbac_warnings(authorization: &AuthorizationSettings, notes: &mut Vec<Warning>
         warnings.push(Warning::new(
             MODE,
             format!(
-                "RBAC comes after a Webhook in {}: every request still costs a                  SubjectAccessReview before RBAC is asked; put RBAC first (Node,RBAC,Webhook)",
+                "RBAC comes after a Webhook in {}: every request still costs a \
+                 SubjectAccessReview before RBAC is asked; put RBAC first (Node,RBAC,Webhook)",
                 authorization.names()
             ),
         ));
@@ -164,7 +165,8 @@ fn rbac_warnings(authorization: &AuthorizationSettings, notes: &mut Vec<Warning>
         if settings.max_staleness.is_zero() {
             warnings.push(Warning::new(
                 "--rbac-max-staleness",
-                "0: RBAC stops deciding at the first failed list or watch, so a restarting API                  server refuses (or sends to the Webhook) what RBAC allows; the default is 10m",
+                "0: RBAC stops deciding at the first failed list or watch, so a restarting API \
+                 server refuses (or sends to the Webhook) what RBAC allows; the default is 10m",
             ));
         }
     }
@@ -172,7 +174,9 @@ fn rbac_warnings(authorization: &AuthorizationSettings, notes: &mut Vec<Warning>
         notes.push(Warning::new(
             MODE,
             format!(
-                "{}: no Webhook after RBAC, so what RBAC would allow is refused (403) until its                  first list completes and after its watches have been broken for                  --rbac-max-staleness; add Webhook after it to ask the API server then",
+                "{}: no Webhook after RBAC, so what RBAC would allow is refused (403) until its \
+                 first list completes and after its watches have been broken for \
+                 --rbac-max-staleness; add Webhook after it to ask the API server then",
                 authorization.names()
             ),
         ));

@@ -273,3 +273,61 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
     );
     assert_eq!(done.stderr.lines().count(), 1, "{}", done.stderr);
 }
+
+/// With `--authorization-mode=...RBAC...`, `check-config --probe` also asks whether the proxy's
+/// identity may list and watch the kinds it will watch, and names the role that grants it.
+#[tokio::test]
+async fn check_config_probe_asks_whether_the_rbac_mode_may_list_and_watch() {
+    let api = ApiServer::start().await;
+    let kubelet = kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None)
+        .await
+        .unwrap();
+    let dir = TempDir::new("credentials-probe-rbac");
+    let [cert, key] = serving_flags(&dir, &api.ca().issue(&CertSpec::server()));
+    let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
+    let probe = vec![
+        "check-config".to_owned(),
+        "--probe".to_owned(),
+        format!("--upstream=http://{}", kubelet.addr().unwrap()),
+        cert,
+        key,
+        format!("--kubeconfig={}", kubeconfig.display()),
+        "--authentication-token-webhook".to_owned(),
+        "--authorization-mode=Node,RBAC".to_owned(),
+        "--pod-scoped-authz".to_owned(),
+        "--node-name=node-a".to_owned(),
+    ];
+    let done = run(&dir, "allowed", &probe).await;
+    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    for kind in [
+        "clusterroles",
+        "clusterrolebindings",
+        "roles",
+        "rolebindings",
+    ] {
+        for verb in ["list", "watch"] {
+            let line = format!("{verb} {kind}.rbac.authorization.k8s.io");
+            assert!(done.stdout.contains(&line), "{line}: {}", done.stdout);
+        }
+    }
+
+    api.set_caller_may_read_rbac(false);
+    let done = run(&dir, "not-allowed", &probe).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    let expected = format!(
+        "kubelet-auth-proxy: --kubeconfig {}: probe: the API server does not let this identity \
+         list clusterroles.rbac.authorization.k8s.io",
+        kubeconfig.display()
+    );
+    assert!(
+        done.stderr.contains(&expected) && done.stderr.contains("kubelet-auth-proxy:rbac-reader"),
+        "{}",
+        done.stderr
+    );
+    let failing = done
+        .stderr
+        .lines()
+        .filter(|l| l.contains(": probe: "))
+        .count();
+    assert_eq!(failing, 8, "one line per verb and kind: {}", done.stderr);
+}

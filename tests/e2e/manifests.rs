@@ -20,7 +20,7 @@ use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
 use kubelet_auth_proxy::authz::{Attributes, Decision};
 use kubelet_auth_proxy::config::duration::parse_go_duration;
 use kubelet_auth_proxy::config::file as config_file;
-use kubelet_auth_proxy::config::flags::ProxyFlags;
+use kubelet_auth_proxy::config::flags::{AuthorizationMode, ProxyFlags};
 use kubelet_auth_proxy::config::listen;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -855,6 +855,42 @@ fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
                     .any(|s| s.kind == "ServiceAccount"
                         && s.name == account
                         && s.namespace.as_deref() == Some(namespace)))
+    );
+
+    // With RBAC in its chain, rbac.yaml lets that account list and watch the four kinds, and
+    // nothing else.
+    assert!(flags.authorization_mode.contains(&AuthorizationMode::Rbac));
+    let reader = typed::<ClusterRoleBinding>(&rbac, "ClusterRoleBinding")
+        .into_iter()
+        .find(|binding| {
+            binding.subjects.iter().flatten().any(|s| {
+                s.kind == "ServiceAccount"
+                    && s.name == account
+                    && s.namespace.as_deref() == Some(namespace)
+            }) && binding.role_ref.name != "system:auth-delegator"
+        })
+        .expect("a binding of the service account besides system:auth-delegator");
+    let role = typed::<ClusterRole>(&rbac, "ClusterRole")
+        .into_iter()
+        .find(|role| role.metadata.name.as_deref() == Some(reader.role_ref.name.as_str()))
+        .expect("the reader role is in rbac.yaml");
+    let rules = role.rules.unwrap_or_default();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(rules[0].verbs, ["list", "watch"]);
+    assert_eq!(
+        rules[0].api_groups.as_deref(),
+        Some(&["rbac.authorization.k8s.io".to_owned()][..])
+    );
+    let mut resources = rules[0].resources.clone().unwrap_or_default();
+    resources.sort();
+    assert_eq!(
+        resources,
+        [
+            "clusterrolebindings",
+            "clusterroles",
+            "rolebindings",
+            "roles"
+        ]
     );
 
     // Loads, with a kubeconfig standing in for the pod's service account.

@@ -180,7 +180,8 @@ pub async fn run(args: &ExplainArgs, origins: &Origins) -> u8 {
         && !rbac.wait_synced(RBAC_SYNC_WAIT).await
     {
         eprintln!(
-            "kubelet-auth-proxy: warning: the RBAC authorizer could not list roles and bindings              within {}s (see the log above): it has no opinion in this answer",
+            "kubelet-auth-proxy: warning: the RBAC authorizer could not list roles and bindings \
+             within {}s (see the log above): it has no opinion in this answer",
             RBAC_SYNC_WAIT.as_secs()
         );
     }

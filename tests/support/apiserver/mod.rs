@@ -178,6 +178,9 @@ struct State {
     access_reviews: Vec<Value>,
     /// `(group, resource)` its callers may `create`, as SelfSubjectAccessReviews answer.
     caller_may_create: Vec<(String, String)>,
+    /// Whether its callers may `list` and `watch` the four RBAC kinds, as SelfSubjectAccessReviews
+    /// answer (config/rbac.yaml's reader role; the lists and watches are answered either way).
+    caller_may_read_rbac: bool,
     /// RBAC objects, their watches and their faults.
     rbac: rbac::Store,
 }
@@ -287,6 +290,7 @@ impl ApiServer {
                     ("authentication.k8s.io".into(), "tokenreviews".into()),
                     ("authorization.k8s.io".into(), "subjectaccessreviews".into()),
                 ],
+                caller_may_read_rbac: true,
                 rbac: rbac::Store::default(),
             }),
             caller_token: format!("stand-in-caller-{}", addr.port()),
@@ -363,6 +367,12 @@ current-context: stand-in
                 ca = ca.display(),
             ),
         )
+    }
+
+    /// Whether its callers may `list` and `watch` RBAC objects, in the answers to
+    /// SelfSubjectAccessReviews (by default they may).
+    pub fn set_caller_may_read_rbac(&self, allowed: bool) {
+        self.shared.lock().caller_may_read_rbac = allowed;
     }
 
     /// What its callers may `create`, as `(group, resource)`, in the answers to

@@ -210,11 +210,24 @@ async fn self_review(
     let review: Value = serde_json::from_slice(&body.to_bytes()).unwrap_or_default();
     let attributes = &review["spec"]["resourceAttributes"];
     let field = |name: &str| attributes[name].as_str().unwrap_or_default().to_owned();
-    let allowed = field("verb") == "create"
-        && shared
+    let allowed = match field("verb").as_str() {
+        "create" => shared
             .lock()
             .caller_may_create
-            .contains(&(field("group"), field("resource")));
+            .contains(&(field("group"), field("resource"))),
+        "list" | "watch" => {
+            field("group") == "rbac.authorization.k8s.io"
+                && [
+                    "clusterroles",
+                    "clusterrolebindings",
+                    "roles",
+                    "rolebindings",
+                ]
+                .contains(&field("resource").as_str())
+                && shared.lock().caller_may_read_rbac
+        }
+        _ => false,
+    };
     let status = if allowed {
         json!({"allowed": true, "reason": "RBAC: allowed by ClusterRoleBinding \"kubelet-auth-proxy:auth-delegator\""})
     } else {
