@@ -30,9 +30,12 @@
 //!     TokenReview, anonymous), with the kubelet's chain semantics; yields an `Arc<User>`;
 //!   - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!     authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
-//!     [`authz::rbac`] matching, [`authz::webhook`] with SubjectAccessReview, asked when its
-//!     CEL [`authz::match_conditions`] are true, each bounded by kube-apiserver's cost limits);
-//!   - the kubelet's loop over the list, and [`request::decision::Refusal::answer`]: the one
+//!     [`authz::rbac`] matching, [`authz::live_rbac`]: the cluster's roles and bindings listed
+//!     and watched from the API server and decided with the `Policy` evaluator,
+//!     [`authz::webhook`] with SubjectAccessReview, asked when its CEL
+//!     [`authz::match_conditions`] are true, each bounded by kube-apiserver's cost limits);
+//!   - the kubelet's loop over the list (the authorizers before the first Webhook asked about
+//!     every set before any review), and [`request::decision::Refusal::answer`]: the one
 //!     place a refusal becomes its response ([`request::responses`], the kubelet's bodies) and
 //!     metrics label.
 //!

@@ -36,7 +36,7 @@ pub use health::State;
 pub use kinds::WatchKind;
 use kinds::Watched;
 use metrics::RbacMetrics;
-pub use objects::Scope;
+pub use objects::{Scope, binding as hold_binding};
 use store::Store;
 use watch::{Failure, WatchSettings};
 
@@ -156,18 +156,24 @@ impl Shared {
         self.changed.notify_one();
     }
 
-    /// Rebuilds the policy whenever the store changed, at most once per [`REBUILD_COALESCE`];
-    /// a kind counts as synced once a policy including its complete list is in force.
+    /// Rebuilds the policy whenever the store changed, at most once per [`REBUILD_COALESCE`],
+    /// and never busier than half of one core: after a build that took `d`, the next waits at
+    /// least `d` (a large cluster's build takes about 0.1 s: docs/BENCHMARKS.md), so a stream of
+    /// changes costs bounded CPU on every node. A kind counts as synced once a policy including
+    /// its complete list is in force.
     async fn rebuild(self: Arc<Self>) {
+        let mut last_build = Duration::ZERO;
         loop {
             self.changed.notified().await;
-            tokio::time::sleep(REBUILD_COALESCE).await;
+            tokio::time::sleep(REBUILD_COALESCE.max(last_build)).await;
             let shared = Arc::clone(&self);
+            let started = Instant::now();
             let built = tokio::task::spawn_blocking(move || {
                 let held = shared.held();
                 (held.store.build(), held.complete)
             })
             .await;
+            last_build = started.elapsed();
             let (policy, complete) = match built {
                 Ok(built) => built,
                 Err(e) => {
