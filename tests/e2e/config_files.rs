@@ -565,7 +565,7 @@ async fn the_shipped_proxy_and_kubelet_configurations_pass_check_config_together
     assert_eq!(proxy["listenAddress"], ":10250");
     assert_eq!(
         summary(&done, "config/proxy.yaml with config/kubelet-config.yaml"),
-        valid_line("0.0.0.0:10250", "node-1", "Node,Policy,Webhook")
+        valid_line("0.0.0.0:10250", "node-1", "Node,Policy,RBAC,Webhook")
     );
 }
 

@@ -251,10 +251,12 @@ async fn a_kubeadm_node_goes_behind_the_proxy_with_the_shipped_files() {
         (audit.contains("/metrics/cadvisor") && audit.contains("/exec/")).then_some(())
     })
     .await;
-    assert_eq!(
-        plain_get(proxy.admin_addr(), "/readyz").await.status,
-        StatusCode::OK
-    );
+    // Ready once the RBAC mode's first lists are in (after a random part of the shipped 5 s
+    // start jitter).
+    eventually("/readyz", || async {
+        (plain_get(proxy.admin_addr(), "/readyz").await.status == StatusCode::OK).then_some(())
+    })
+    .await;
     eprintln!(
         "walk-through: node set up and checked in {:?}; proxy serving to scrape and exec in {:?}; \
          {:?} in all",

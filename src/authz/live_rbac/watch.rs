@@ -58,9 +58,10 @@ pub(super) async fn run<K: Watched>(shared: Arc<Shared>, settings: WatchSettings
     let mut backoff = Backoff::default();
     let mut reason = "start";
     loop {
-        let client = settings.apiserver.client();
-        let api: Api<K> = Api::all(client);
-        let mut version = match list::<K>(&shared, &api).await {
+        // The client in force for each request: a kubeconfig's is rebuilt when its certificate
+        // rotates.
+        let api = || Api::<K>::all(settings.apiserver.client());
+        let mut version = match list::<K>(&shared, &api()).await {
             Ok(version) => {
                 shared.metrics.listed(kind, reason);
                 backoff.reset();
@@ -76,7 +77,7 @@ pub(super) async fn run<K: Watched>(shared: Arc<Shared>, settings: WatchSettings
         // unnoticed at the last contact.
         let mut silent = false;
         loop {
-            match watch::<K>(&shared, &api, &mut version).await {
+            match watch::<K>(&shared, &api(), &mut version).await {
                 End::Closed => {
                     silent = false;
                     backoff.reset();
