@@ -643,3 +643,65 @@ async fn the_shipped_policy_checks_pass_against_the_shipped_policies() {
     assert_exit(&done, 0);
     assert!(!done.stdout.contains("FAIL"), "{}", done.stdout);
 }
+
+/// With `RBAC` in the chain, explain lists and watches once, then shows how fresh the watched
+/// state is and names the watched binding that allowed; JSON carries the same.
+#[tokio::test]
+async fn explain_shows_the_watched_state_and_the_binding_the_rbac_mode_allowed_by() {
+    let api = ApiServer::start().await;
+    api.apply_rbac(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "kubelet-metrics"},
+        "rules": [{"apiGroups": [""], "resources": ["nodes/metrics"], "verbs": ["get"]}],
+    }));
+    api.apply_rbac(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "prom-metrics"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kubelet-metrics"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "prom"}],
+    }));
+    let site = ProcessSpec::new("explain-rbac")
+        .upstream(NOWHERE)
+        .apiserver(&api)
+        .prepare()
+        .await;
+    let mode = "--authorization-mode=Node,RBAC";
+    let done = explain(&site, "allowed", &[mode, "--user=prom", "GET", "/metrics"]).await;
+    assert_exit(&done, 0);
+    for expected in [
+        "rbac:        fresh, policy built ",
+        "API server last heard: clusterrolebindings ",
+        "RBAC         Allow      RBAC: allowed by ClusterRoleBinding \"prom-metrics\" of ClusterRole \"kubelet-metrics\" to User \"prom\"",
+    ] {
+        assert!(
+            done.stdout.contains(expected),
+            "{expected}: {}",
+            done.stdout
+        );
+    }
+    // The start jitter is not waited for: one process asking once.
+    assert_eq!(
+        api.rbac_lists(crate::support::apiserver::RbacKind::ClusterRole),
+        1
+    );
+
+    let done = explain(
+        &site,
+        "refused-json",
+        &[mode, "--user=eve", "--output=json", "GET", "/metrics"],
+    )
+    .await;
+    assert_exit(&done, 1);
+    let document = json(&done);
+    assert_eq!(document["rbac"]["state"], "fresh", "{document}");
+    assert!(
+        document["rbac"]["policyAgeSeconds"].is_number(),
+        "{document}"
+    );
+    assert!(
+        document["rbac"]["lastContactSeconds"]["clusterroles"].is_number(),
+        "{document}"
+    );
+}
