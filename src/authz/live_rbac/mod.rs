@@ -20,12 +20,12 @@ mod store;
 mod watch;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use k8s_openapi::api::rbac::v1 as rbac;
-use tokio::sync::Notify;
+use tokio::sync::{Mutex, MutexGuard, Notify};
 use tokio_util::sync::CancellationToken;
 
 use super::policy::{ObjectKey, PolicyAuthorizer};
@@ -77,7 +77,8 @@ struct Shared {
     scope: Scope,
     health: Health,
     metrics: RbacMetrics,
-    /// What the watches hold; only the watch tasks and the rebuild take this lock.
+    /// What the watches hold; only the watch tasks and the rebuild take this lock (an async
+    /// one: a watch task waiting for a rebuild to finish parks, it does not block its thread).
     store: Mutex<Held>,
     /// Wakes the rebuild task.
     changed: Notify,
@@ -99,9 +100,8 @@ struct Snapshot {
 }
 
 impl Shared {
-    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
-        // Every update leaves the store consistent; a panic mid-update only loses that update.
-        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    async fn held(&self) -> MutexGuard<'_, Held> {
+        self.store.lock().await
     }
 
     fn contact(&self, kind: WatchKind) {
@@ -124,10 +124,10 @@ impl Shared {
     }
 
     /// A complete list of `K` replaces what was held of it.
-    fn replace<K: Watched>(&self, objects: BTreeMap<ObjectKey, K::Held>) {
+    async fn replace<K: Watched>(&self, objects: BTreeMap<ObjectKey, K::Held>) {
         let count = objects.len();
         {
-            let mut held = self.held();
+            let mut held = self.held().await;
             *K::slot(&mut held.store) = objects;
             held.complete[K::KIND.index()] = true;
         }
@@ -137,10 +137,10 @@ impl Shared {
 
     /// One object of `K` changed: kept as `object`, or dropped (deleted, or nothing left worth
     /// keeping).
-    fn apply<K: Watched>(&self, key: ObjectKey, object: Option<K::Held>) {
+    async fn apply<K: Watched>(&self, key: ObjectKey, object: Option<K::Held>) {
         self.contact(K::KIND);
         let count = {
-            let mut held = self.held();
+            let mut held = self.held().await;
             let slot = K::slot(&mut held.store);
             match object {
                 Some(object) => {
@@ -169,7 +169,7 @@ impl Shared {
             let shared = Arc::clone(&self);
             let started = Instant::now();
             let built = tokio::task::spawn_blocking(move || {
-                let held = shared.held();
+                let held = shared.store.blocking_lock();
                 (held.store.build(), held.complete)
             })
             .await;

@@ -135,7 +135,7 @@ async fn list<K: Watched>(shared: &Shared, api: &Api<K>) -> Result<String, Failu
                 ));
             }
             None => {
-                shared.replace::<K>(held);
+                shared.replace::<K>(held).await;
                 return Ok(version);
             }
         }
@@ -192,11 +192,13 @@ async fn watch<K: Watched>(shared: &Shared, api: &Api<K>, version: &mut String) 
         match event {
             WatchEvent::Added(object) | WatchEvent::Modified(object) => {
                 advance(version, &object);
-                shared.apply::<K>(key_of(&object), object.hold(shared.scope));
+                shared
+                    .apply::<K>(key_of(&object), object.hold(shared.scope))
+                    .await;
             }
             WatchEvent::Deleted(object) => {
                 advance(version, &object);
-                shared.apply::<K>(key_of(&object), None);
+                shared.apply::<K>(key_of(&object), None).await;
             }
             WatchEvent::Bookmark(bookmark) => {
                 if !bookmark.metadata.resource_version.is_empty() {
@@ -297,3 +299,6 @@ impl Backoff {
         tokio::time::sleep(wait.max(retry_after.unwrap_or_default())).await;
     }
 }
+
+#[cfg(test)]
+mod tests;
