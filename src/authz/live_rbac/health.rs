@@ -111,13 +111,14 @@ impl Health {
         }
     }
 
-    /// `kind`'s state is complete: its first list (or a relist) was applied.
+    /// A policy holding `kind`'s complete list is in force. Said again after every rebuild, so
+    /// it must not count as a word from the API server: a kind whose watch is broken stays
+    /// broken however often other kinds change.
     pub fn synced(&self, kind: WatchKind) {
-        self.kinds[kind.index()]
-            .synced
-            .store(true, Ordering::Relaxed);
-        self.contact(kind);
-        self.recompute();
+        let k = &self.kinds[kind.index()];
+        if !k.synced.swap(true, Ordering::Relaxed) {
+            self.recompute();
+        }
     }
 
     /// Asking the API server about `kind` failed; the staleness clock starts now unless it

@@ -190,3 +190,23 @@ fn a_broken_watch_decides_until_the_bound_then_has_no_opinion() {
     strict.contact(WatchKind::ClusterRoles);
     assert!(strict.usable(), "usable again once the watch is back");
 }
+
+#[test]
+fn a_broken_kind_stays_broken_when_other_kinds_change() {
+    let watched = WatchKind::watched(Scope { pods: false });
+    let health = Health::new(watched, Duration::ZERO);
+    for &kind in watched {
+        health.contact(kind);
+        health.synced(kind);
+    }
+    health.broken(WatchKind::ClusterRoleBindings, false);
+    assert!(!health.usable());
+    // Every rebuild (here: after a ClusterRole changed) says again which kinds are complete.
+    health.contact(WatchKind::ClusterRoles);
+    for &kind in watched {
+        health.synced(kind);
+    }
+    assert!(!health.usable(), "the broken watch still bounds the state");
+    assert!(!health.kind_healthy(WatchKind::ClusterRoleBindings));
+    assert!(health.kind_healthy(WatchKind::ClusterRoles));
+}
