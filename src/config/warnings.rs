@@ -160,13 +160,13 @@ fn rbac_warnings(authorization: &AuthorizationSettings, notes: &mut Vec<Warning>
             ),
         ));
     }
-    if let AuthorizerSettings::Rbac(settings) = &authorizers[rbac] {
-        if settings.max_staleness.is_zero() {
-            warnings.push(Warning::new(
-                "--rbac-max-staleness",
-                "0: RBAC stops deciding at the first failed list or watch, so a restarting API                  server refuses (or sends to the Webhook) what RBAC allows; the default is 10m",
-            ));
-        }
+    if let AuthorizerSettings::Rbac(settings) = &authorizers[rbac]
+        && settings.max_staleness.is_zero()
+    {
+        warnings.push(Warning::new(
+            "--rbac-max-staleness",
+            "0: RBAC stops deciding at the first failed list or watch, so a restarting API                  server refuses (or sends to the Webhook) what RBAC allows; the default is 10m",
+        ));
     }
     if !authorizers[rbac..].iter().any(is_webhook) {
         notes.push(Warning::new(
