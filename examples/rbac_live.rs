@@ -6,14 +6,13 @@
 //! `--authorization-mode=Node,RBAC --rbac-start-jitter=0s` and the proxy kubeconfig; callers
 //! present client certificates of a CA made here. 403 is refused, anything else allowed.
 //!
-//! Where the API server is comes from flags or the `KAP_REAL_APISERVER_*` variables that
-//! `.ci/run` sets (see `tests/support/real_apiserver.rs`). To reproduce (the API server files are
+//! Where the API server is comes from flags or the `KAP_REAL_APISERVER_KUBECONFIG_*` variables
+//! that `.ci/run` sets (see `tests/support/real_apiserver.rs`). To reproduce (the API server files are
 //! not part of this repository; `start-apiserver.sh` is the one beside the CI checkout, and the
 //! outage phase needs its PID file):
 //!
 //! ```text
 //! start-apiserver.sh /tmp/real-rbac > /tmp/real-rbac.env
-//! export KAP_REAL_APISERVER_URL=$(sed -n 's/^KUBE_APISERVER_URL=//p' /tmp/real-rbac.env)
 //! export KAP_REAL_APISERVER_KUBECONFIG_ADMIN=/tmp/real-rbac/admin.kubeconfig
 //! export KAP_REAL_APISERVER_KUBECONFIG_PROXY=/tmp/real-rbac/proxy.kubeconfig
 //! cargo build --release
@@ -22,12 +21,15 @@
 //! # quick: --changes 20 --steady-secs 30 --outage-secs 20 --cluster-roles 500 \
 //! #        --cluster-role-bindings 500 --namespaces 100 --role-bindings 2000
 //! # one phase: --phases latency (latency, steady, outage, scale; comma-separated)
+//! # the staleness bound in an outage: --phases outage --outage-secs 60 \
+//! #        --proxy-flag=--rbac-max-staleness=30s
 //! start-apiserver.sh /tmp/real-rbac stop
 //! ```
 //!
-//! The scale phase leaves its namespaces behind (Terminating: no namespace controller runs); use a
-//! throwaway API server. The outage phase stops the API server process (SIGTERM; etcd keeps
-//! running, so resource versions survive) and starts it again with exactly its command line,
+//! The scale phase leaves its objects behind (without the namespace controller, which this API
+//! server does not run, its namespaces could not go anyway); use a throwaway API server. The outage phase stops the API server process (SIGTERM, SIGKILL if
+//! it is still there 10 s later, as `start-apiserver.sh` stops it; etcd keeps running, so
+//! resource versions survive) and starts it again with exactly its command line,
 //! environment and working directory read from `/proc` beforehand, writing the new PID to the PID
 //! file so `start-apiserver.sh DIR stop` still stops it.
 
@@ -103,6 +105,9 @@ struct Cli {
     /// Scale phase: RoleBindings (of the ClusterRoles), spread over the namespaces.
     #[arg(long, default_value_t = 20000)]
     role_bindings: usize,
+    /// A further flag for every proxy started (repeatable), e.g. `--proxy-flag=--rbac-max-staleness=60s`.
+    #[arg(long = "proxy-flag", allow_hyphen_values = true)]
+    proxy_flags: Vec<String>,
     /// Scale phase: creations in flight at once.
     #[arg(long, default_value_t = 48)]
     concurrency: usize,
@@ -133,6 +138,7 @@ impl Ctx {
             "--rbac-start-jitter=0s".to_owned(),
         ];
         args.extend(extra.iter().map(|a| (*a).to_owned()));
+        args.extend(self.cli.proxy_flags.iter().cloned());
         let process = deployment
             .start_from(&self.cli.proxy_binary, name, &args)
             .await;

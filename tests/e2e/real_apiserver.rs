@@ -247,16 +247,29 @@ async fn an_aggregated_cluster_role_follows_the_labels_of_the_roles_it_selects()
             )
             .await
             .unwrap();
-        // Let the watch deliver all three before asserting that they grant nothing.
-        poll("the proxy to hold the new objects", || async {
-            let held = proxy
-                .metric(
-                    "kubelet_auth_proxy_rbac_objects",
-                    &[("kind", "clusterroles")],
-                )
-                .await;
-            (held > 0.0).then_some(())
-        })
+        // A sentinel role created last, bound (first) to a user of its own: once that user is
+        // let in, both watches have delivered everything created before it (each watch delivers
+        // its kind in order), so the refusal below is carol's final answer, not a late event.
+        let sentinel = name(SCENARIO, "sentinel");
+        bindings
+            .create(
+                &PostParams::default(),
+                &cluster_role_binding(&sentinel, &owner, &sentinel, vec![user_subject(&sentinel)]),
+            )
+            .await
+            .unwrap();
+        roles
+            .create(
+                &PostParams::default(),
+                &cluster_role(&sentinel, &owner, &[], vec![core_rule(GRANT.0, GRANT.1)]),
+            )
+            .await
+            .unwrap();
+        until_allowed(
+            &proxy.user(&sentinel, &[]),
+            true,
+            "the sentinel binding lets its user in",
+        )
         .await;
         assert!(
             !allowed(&carol).await,
