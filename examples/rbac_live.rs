@@ -207,7 +207,8 @@ impl Proxy {
     }
 
     async fn metric(&self, metric: &str, labels: &[(&str, &str)]) -> f64 {
-        support::metrics::total(&self.metrics().await, metric, labels)
+        // + 0.0: an empty sum is -0.0, printed "-0".
+        support::metrics::total(&self.metrics().await, metric, labels) + 0.0
     }
 
     async fn synced(&self, kinds: &[&str]) -> bool {
@@ -701,7 +702,8 @@ async fn outage(ctx: &Ctx) -> anyhow::Result<()> {
             })
             .collect();
         let failures =
-            support::metrics::total(&text, "kubelet_auth_proxy_rbac_watch_failures_total", &[]);
+            support::metrics::total(&text, "kubelet_auth_proxy_rbac_watch_failures_total", &[])
+                + 0.0;
         let rbac_allowed = support::metrics::total(
             &text,
             "kubelet_auth_proxy_authorization_decisions_total",
