@@ -35,6 +35,7 @@ mod operator_cli;
 mod path_safety;
 mod paths;
 mod pod_scoped;
+mod real_apiserver;
 mod reload;
 mod retry_after;
 mod review_bounds;

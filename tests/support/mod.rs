@@ -7,6 +7,7 @@
 //! Kubernetes-style volumes ([`volume`]) and `/metrics` parsing ([`metrics`]). For the failing
 //! neighbours: the binary in front of a kubelet that restarts on its port ([`standalone`],
 //! [`relay`]), what a process holds ([`procfs`]) and traffic that tallies answers ([`traffic`]).
+//! A real kube-apiserver, when the environment names one ([`real_apiserver`]).
 
 pub mod answers;
 pub mod apiserver;
@@ -18,6 +19,7 @@ pub mod pki;
 pub mod process;
 pub mod procfs;
 pub mod raw;
+pub mod real_apiserver;
 pub mod relay;
 pub mod standalone;
 pub mod streams;
