@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::policy::{ObjectKey, PolicyAuthorizer};
 use super::{Attributes, Decision, Reason};
+use crate::admin::reports::Reports;
 use crate::apiserver::ApiServerSettings;
 use health::Health;
 pub use health::State;
@@ -84,6 +85,8 @@ struct Shared {
     changed: Notify,
     /// The policy in force, and when it was built.
     policy: ArcSwap<Snapshot>,
+    /// Failures already said this minute, by kind and status.
+    reports: Reports<(WatchKind, u16)>,
 }
 
 /// The store, and which kinds it holds completely.
@@ -111,16 +114,21 @@ impl Shared {
             .set_synced(kind, self.health.kind_healthy(kind));
     }
 
+    /// A list or watch of `kind` failed: the staleness clock runs, and the log says why, once a
+    /// minute per kind and status.
     fn failed(&self, kind: WatchKind, failure: &Failure, silent: bool) {
         self.health.broken(kind, silent);
         self.metrics.failed(kind);
         self.metrics.set_synced(kind, false);
-        tracing::warn!(
-            kind = kind.resource(),
-            cause = %failure.cause,
-            retry_after = ?failure.retry_after,
-            "RBAC authorizer: cannot list or watch; deciding from the last state for at most --rbac-max-staleness"
-        );
+        if self.reports.admit((kind, failure.code)) {
+            tracing::warn!(
+                kind = kind.resource(),
+                cause = %failure.cause,
+                hint = failure.hint(),
+                retry_after = ?failure.retry_after,
+                "RBAC authorizer: cannot list or watch; deciding from the last state for at most --rbac-max-staleness (said once a minute)"
+            );
+        }
     }
 
     /// A complete list of `K` replaces what was held of it.
@@ -239,6 +247,7 @@ impl RbacAuthorizer {
             metrics,
             store: Mutex::new(Held::default()),
             changed: Notify::new(),
+            reports: Reports::default(),
             policy: ArcSwap::from_pointee(Snapshot {
                 // Nothing to resolve in an empty store: building it cannot fail.
                 policy: empty.unwrap_or_else(|_| unreachable!("an empty policy always builds")),

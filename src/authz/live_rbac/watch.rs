@@ -241,6 +241,8 @@ fn is_gone(error: &kube::Error) -> bool {
 pub(super) struct Failure {
     /// What failed, for the log: never a credential (kube's errors carry none).
     pub cause: String,
+    /// The API server's status code; 0 when it did not answer (or the stream broke).
+    pub code: u16,
     /// `details.retryAfterSeconds` of a 429 or 5xx Status.
     pub retry_after: Option<Duration>,
 }
@@ -249,7 +251,27 @@ impl Failure {
     fn new(cause: String) -> Failure {
         Failure {
             cause,
+            code: 0,
             retry_after: None,
+        }
+    }
+
+    /// What to look at, for the log.
+    pub fn hint(&self) -> &'static str {
+        match self.code {
+            0 => {
+                "is the API server reachable at the kubeconfig's server (--kubeconfig, or in-cluster)?"
+            }
+            401 => {
+                "the API server refused the credentials of --kubeconfig (or the service account)"
+            }
+            403 => {
+                "the proxy's identity may not list or watch RBAC objects: bind it to the \
+                 kubelet-auth-proxy:rbac-reader ClusterRole (config/rbac.yaml); \
+                 check-config --probe checks"
+            }
+            429 => "the API server is shedding load; the watch waits as it asks",
+            _ => "the API server's own logs",
         }
     }
 
@@ -272,6 +294,7 @@ impl Failure {
                 "the API server answered {} {}: {}",
                 status.code, status.reason, status.message
             ),
+            code: status.code,
             retry_after,
         }
     }
