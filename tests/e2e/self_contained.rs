@@ -3,8 +3,9 @@
 //! the repository alone, so `cargo test` refuses such references before they land.
 //!
 //! A reference is a path with a `..` segment. Where it is resolved from:
-//! - a relative path (`../x` in a Markdown link, a `#[path]`, a shell script, a Cargo manifest):
-//!   the directory of the file that holds it;
+//! - a relative path (`../x` in a Markdown link, a `#[path]`, a shell script, a Cargo manifest,
+//!   a shell default such as `${DIR:-../x}`): the directory of the file that holds it, and for a
+//!   script (`#!`) the root as well, where the repository's scripts run;
 //! - a path appended to the manifest directory (in `concat!` or `join`), or its parent: the
 //!   repository root;
 //! - a path appended to a shell expansion (`$here/../x`, `$(dirname "$0")/..`): the directory of
@@ -90,6 +91,7 @@ fn resolve(base: &Path, segments: &str) -> Option<()> {
 /// leaves the repository.
 fn escapes(file: &Path, text: &str) -> Vec<Escape> {
     let dir = file.parent().unwrap_or(Path::new(""));
+    let script = text.starts_with("#!");
     let mut found = Vec::new();
     // The end of the last path looked at: its other `..` segments are part of the same reference.
     let mut looked_at = 0;
@@ -99,20 +101,27 @@ fn escapes(file: &Path, text: &str) -> Vec<Escape> {
         }
         let before = &text[..at];
         let after = &text[at + 2..];
-        // Only a whole `..` segment: not `...`, `a..b` or a range.
-        let segment_start =
-            before.is_empty() || before.ends_with(|c: char| !is_path_char(c) || c == '/');
+        // Only a whole `..` segment: not `...`, `a..b` or a range. A shell default
+        // (`${DIR:-../x}`) starts one too.
+        let default_value = before.ends_with(":-");
+        let segment_start = before.is_empty()
+            || default_value
+            || before.ends_with(|c: char| !is_path_char(c) || c == '/');
         let segment_end =
             after.is_empty() || after.starts_with(|c: char| !is_path_char(c) || c == '/');
         if !segment_start || !segment_end || before.ends_with('.') || after.starts_with('.') {
             continue;
         }
-        let start = before
-            .char_indices()
-            .rev()
-            .take_while(|(_, c)| is_path_char(*c))
-            .last()
-            .map_or(at, |(i, _)| i);
+        let start = if default_value {
+            at
+        } else {
+            before
+                .char_indices()
+                .rev()
+                .take_while(|(_, c)| is_path_char(*c))
+                .last()
+                .map_or(at, |(i, _)| i)
+        };
         let end = at
             + 2
             + after
@@ -135,7 +144,11 @@ fn escapes(file: &Path, text: &str) -> Vec<Escape> {
         } else {
             continue;
         };
-        if resolve(base, segments).is_none() {
+        // A script's relative paths follow its working directory, which this repository's
+        // scripts set to the root (`cd "$(dirname "$0")/.."`): from there too they must stay.
+        let from_root =
+            script && token.starts_with("..") && resolve(Path::new(""), segments).is_none();
+        if resolve(base, segments).is_none() || from_root {
             found.push(Escape {
                 line: before.matches('\n').count() + 1,
                 reference: token.to_owned(),
@@ -203,6 +216,10 @@ fn the_checker_tells_references_that_leave_from_those_that_stay() {
         ("docs/A.md", format!("[v]({}x/v.json)", up(2))),
         ("tests/e2e/a.rs", format!("#[path = \"{}x.rs\"]", up(3))),
         ("bench/run", format!("cat \"$here/{}x\"", up(2))),
+        (
+            ".ci/run",
+            format!("#!/usr/bin/env bash\nk8s=${{K8S_DIR:-{}shared/k8s}}", up(1)),
+        ),
         ("fuzz/Cargo.toml", format!("p = {{ path = \"{}\" }}", up(2))),
         (
             "tests/a.rs",
