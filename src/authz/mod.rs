@@ -249,16 +249,6 @@ impl AuthorizerChain {
             .count()
     }
 
-    /// The number of authorizers.
-    pub fn len(&self) -> usize {
-        self.authorizers.len()
-    }
-
-    /// Whether the chain has no authorizer (never, once configured).
-    pub fn is_empty(&self) -> bool {
-        self.authorizers.is_empty()
-    }
-
     /// [`authorize_observed`](Self::authorize_observed) with only the authorizers in `part`, in
     /// order: the whole chain, or its local prefix and then the rest.
     pub async fn authorize_part(

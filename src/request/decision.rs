@@ -295,10 +295,11 @@ pub async fn authorize_request(
     // only for the sets none of them decided. The answer is the kubelet's: its loop goes on past
     // a refused set, so a set allowed locally is reached either way.
     let local = chain.local_prefix();
-    let (first, second) = if local == 0 || local == chain.len() {
-        (0..chain.len(), None)
+    let all = chain.authorizers().len();
+    let (first, second) = if local == 0 || local == all {
+        (0..all, None)
     } else {
-        (0..local, Some(local..chain.len()))
+        (0..local, Some(local..all))
     };
     // Sets the first pass left undecided, by index.
     let mut undecided: u64 = 0;

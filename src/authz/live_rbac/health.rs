@@ -92,11 +92,6 @@ impl Health {
         self.epoch.elapsed()
     }
 
-    /// The staleness bound.
-    pub fn max_staleness(&self) -> Duration {
-        self.max_staleness
-    }
-
     /// Whether the watched state decides now: the request path's one check.
     pub fn usable(&self) -> bool {
         self.now() < self.usable_until.load(Ordering::Acquire)

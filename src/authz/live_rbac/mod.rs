@@ -47,6 +47,13 @@ const NO_BINDING_ALLOWS: Reason =
 /// The reason when no watched binding allows a pod-level set.
 const NO_BINDING_ALLOWS_IN_NAMESPACE: Reason =
     Reason::Static("RBAC: no ClusterRoleBinding or RoleBinding of the cluster allows the request");
+/// The reason before every watched kind has been listed once.
+const NOT_SYNCED: Reason =
+    Reason::Static("RBAC: no opinion: roles and bindings not listed from the API server yet");
+/// The reason once a watch has been broken longer than `--rbac-max-staleness`.
+const EXPIRED: Reason = Reason::Static(
+    "RBAC: no opinion: a watch of the API server has been broken for longer than --rbac-max-staleness",
+);
 /// Changes arriving within this of each other are built into one policy: a burst of events (a
 /// Helm release of many bindings) costs one rebuild, and a single change still decides within a
 /// fraction of a second.
@@ -230,8 +237,6 @@ pub struct RbacStatus {
     pub policy_age: Option<Duration>,
     /// Per watched kind: how long ago the API server last answered about it, `None` if never.
     pub contact: Vec<(WatchKind, Option<Duration>)>,
-    /// `--rbac-max-staleness`.
-    pub max_staleness: Duration,
 }
 
 impl RbacAuthorizer {
@@ -290,7 +295,11 @@ impl RbacAuthorizer {
     /// synced yet, or stale beyond the bound). Never `Deny`.
     pub fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
         if !self.shared.health.usable() {
-            return Decision::NoOpinion(Reason::Shared(Arc::from(self.unusable_reason())));
+            return Decision::NoOpinion(if self.shared.health.all_synced() {
+                EXPIRED
+            } else {
+                NOT_SYNCED
+            });
         }
         match self.shared.policy.load().policy.authorize(attrs) {
             allow @ Decision::Allow(_) => allow,
@@ -310,7 +319,6 @@ impl RbacAuthorizer {
                 .iter()
                 .map(|&kind| (kind, health.since_contact(kind)))
                 .collect(),
-            max_staleness: health.max_staleness(),
         }
     }
 
@@ -330,23 +338,6 @@ impl RbacAuthorizer {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         true
-    }
-
-    /// Why the watched state may not decide now.
-    fn unusable_reason(&self) -> String {
-        match self.shared.health.state() {
-            State::NotSynced { kind } => format!(
-                "RBAC: no opinion: {} not listed from the API server yet",
-                kind.resource()
-            ),
-            State::Expired { kind, broken_for } | State::Stale { kind, broken_for } => format!(
-                "RBAC: no opinion: the watch of {} has been broken for {}s, longer than --rbac-max-staleness ({}s)",
-                kind.resource(),
-                broken_for.as_secs(),
-                self.shared.health.max_staleness().as_secs()
-            ),
-            State::Fresh => "RBAC: no opinion: the watched state just became usable".to_owned(),
-        }
     }
 }
 
