@@ -20,6 +20,7 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use crate::startup::reload::Reloadable;
+use crate::tls::read_ahead::ReadAhead;
 
 /// The TLS client configuration towards the kubelet: fixed, or rebuilt when its files (the
 /// kubelet's CA, the proxy's client certificate and key) change. Each new connection takes the
@@ -104,7 +105,7 @@ impl Inner {
             } => {
                 let tcp = tcp(host, *port).await?;
                 let stream = TlsConnector::from(tls.current())
-                    .connect(server_name.clone(), tcp)
+                    .connect(server_name.clone(), ReadAhead::new(tcp))
                     .await
                     .map_err(ConnectError::Tls)?;
                 Ok(UpstreamStream::Tls(Box::new(stream)))
@@ -151,7 +152,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
 pub(crate) enum UpstreamStream {
     Tcp(TcpStream),
     /// Boxed: a TLS session is much larger than a socket.
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsStream<ReadAhead<TcpStream>>>),
     Unix(UnixStream),
 }
 

@@ -5,6 +5,8 @@ use crate::server::shutdown::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::UpstreamBody;
+use super::coalesce::Coalesced;
 use super::connector::{Endpoint, UpstreamConnector, UpstreamTlsConfig};
 use super::limits::{Leased, UpstreamLimits};
 use super::{ForwardError, ForwardOptions, ProxyError, UpstreamTarget, headers, upgrade};
@@ -201,7 +203,7 @@ impl Forwarder {
         &self,
         mut req: Request<Incoming>,
         user: &User,
-    ) -> Result<Response<Leased<Incoming>>, ForwardError> {
+    ) -> Result<Response<UpstreamBody>, ForwardError> {
         if req.method() == Method::CONNECT {
             return Err(ForwardError::UnsupportedRequest);
         }
@@ -246,7 +248,7 @@ impl Forwarder {
             Some(lease)
         };
         headers::sanitize_response_headers(resp.headers_mut(), switched);
-        Ok(resp.map(|body| Leased::new(body, body_lease)))
+        Ok(resp.map(|body| Leased::new(Coalesced::new(body), body_lease)))
     }
 
     /// Sends `GET /healthz` to the kubelet on a connection of its own, with the configured

@@ -3,6 +3,7 @@
 //! exec/attach/portForward. It never decides who may do what; that happened before.
 
 pub mod cause;
+mod coalesce;
 mod connector;
 mod error;
 mod forwarder;
@@ -18,6 +19,10 @@ pub use error::{ForwardError, ProxyError};
 pub use forwarder::{Forwarder, UpstreamEndpoint};
 pub use limits::{Busy, Lease, Leased};
 pub use upgrade::UpgradedStream;
+
+/// The kubelet's response body as the caller receives it: its chunks gathered into frames as
+/// large as what is readable ([`coalesce`]), holding the request's places until it ends.
+pub type UpstreamBody = Leased<coalesce::Coalesced<hyper::body::Incoming>>;
 
 /// Where the kubelet listens (`--upstream`).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -21,6 +21,8 @@ use tokio::sync::oneshot;
 use super::limits::Lease;
 use crate::server::shutdown::Shutdown;
 
+mod pump;
+
 /// How long to wait for both connections to finish switching protocols. The kubelet's side is
 /// ready as soon as its `101` is read; the caller's side as soon as our `101` is written, so this
 /// only fires when a peer stalls mid-handshake.
@@ -84,7 +86,7 @@ async fn session(caller: OnUpgrade, kubelet: OnUpgrade, idle_timeout: Duration) 
     let mut caller = Watched::new(TokioIo::new(caller), &activity);
     let mut kubelet = Watched::new(TokioIo::new(kubelet), &activity);
     tokio::select! {
-        copied = tokio::io::copy_bidirectional(&mut caller, &mut kubelet) => match copied {
+        copied = pump::both_ways(&mut caller, &mut kubelet) => match copied {
             Ok((to_kubelet, to_caller)) => {
                 tracing::debug!(to_kubelet, to_caller, "upgraded connection closed");
             }

@@ -6,15 +6,14 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, LOCATION, RETRY_AFTER};
 use http::{Method, Response, StatusCode};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 
 use crate::authn::User;
 use crate::authz::RESOURCE;
 use crate::authz::attributes::Subresources;
-use crate::forward::Leased;
+use crate::forward::UpstreamBody;
 
 /// A response body: the kubelet's, streamed through, or one of ours.
-pub type ResponseBody = Either<Leased<Incoming>, Full<Bytes>>;
+pub type ResponseBody = Either<UpstreamBody, Full<Bytes>>;
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 const TEXT_HTML: HeaderValue = HeaderValue::from_static("text/html; charset=utf-8");

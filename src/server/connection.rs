@@ -22,6 +22,7 @@ use crate::admin::metrics::Metrics;
 use crate::request::held_body::Holding;
 use crate::request::pipeline::Lane;
 use crate::startup::reload::Reloadable;
+use crate::tls::read_ahead::ReadAhead;
 
 /// What every connection a serving thread is handed is served with.
 pub(super) struct Accepted {
@@ -153,9 +154,12 @@ async fn handshake(
     acceptor: TlsAcceptor,
     limits: &Connection,
     metrics: &Metrics,
-) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+) -> Option<tokio_rustls::server::TlsStream<ReadAhead<TcpStream>>> {
     let _ = tcp.set_nodelay(true);
-    let accept = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp));
+    let accept = tokio::time::timeout(
+        limits.handshake_timeout,
+        acceptor.accept(ReadAhead::new(tcp)),
+    );
     let handshake = tokio::select! {
         handshake = accept => handshake,
         () = limits.shutdown.closing().cancelled() => return None,

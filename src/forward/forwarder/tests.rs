@@ -1,6 +1,7 @@
 //! The forwarder's tests, against a stand-in kubelet on loopback: what goes up, what comes back.
 
 use super::*;
+use crate::forward::UpstreamBody;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -24,7 +25,7 @@ use crate::tools::demo::kubelet::StandInKubelet;
 /// Bound on every wait, so a bug fails the test instead of hanging it.
 const WAIT: Duration = Duration::from_secs(10);
 
-type FrontBody = Either<Leased<Incoming>, Full<Bytes>>;
+type FrontBody = Either<UpstreamBody, Full<Bytes>>;
 
 /// A stand-in kubelet over TLS and a front server forwarding to it as alice, with or without
 /// identity headers.

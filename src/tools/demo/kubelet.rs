@@ -373,11 +373,15 @@ fn base64(input: &[u8]) -> String {
     out
 }
 
-/// A container log body: `line <n>\n` lines, either [`FINITE_LOG_LINES`] at once, or (follow)
-/// one every [`LOG_LINE_INTERVAL`] for as long as the client reads. Driven by the connection, so
-/// it stops when the client goes away.
+/// A container log body: `line <n>\n` lines, either [`FINITE_LOG_LINES`] as fast as the client
+/// reads, or (follow) one every [`LOG_LINE_INTERVAL`] for as long as the client reads. Written
+/// as the kubelet writes a log: each line its own chunk, flushed alone (the kubelet wraps the
+/// response in a flush-writer), so a log reaches the proxy in many small writes. Driven by the
+/// connection, so it stops when the client goes away.
 struct LogLines {
     next: u64,
+    /// A line was just given: the next poll lets the connection flush it first.
+    unflushed: bool,
     /// `None` while following.
     remaining: Option<u64>,
     /// Paces followed lines; `None` for a finite log.
@@ -388,6 +392,7 @@ impl LogLines {
     fn new(follow: bool) -> LogLines {
         LogLines {
             next: 1,
+            unflushed: false,
             remaining: (!follow).then_some(FINITE_LOG_LINES),
             interval: follow.then(|| tokio::time::interval(LOG_LINE_INTERVAL)),
         }
@@ -403,6 +408,11 @@ impl Body for LogLines {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         let this = self.get_mut();
+        if std::mem::take(&mut this.unflushed) {
+            // hyper writes out what it holds when the body has nothing ready: one flush per line.
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         match &mut this.remaining {
             Some(0) => return Poll::Ready(None),
             Some(n) => *n -= 1,
@@ -413,6 +423,7 @@ impl Body for LogLines {
         }
         let line = format!("line {}\n", this.next);
         this.next += 1;
+        this.unflushed = true;
         Poll::Ready(Some(Ok(Frame::data(Bytes::from(line)))))
     }
 
