@@ -20,7 +20,6 @@ use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
 use crate::startup::reload::Reloadable;
-use crate::tls::read_ahead::ReadAhead;
 
 /// The TLS client configuration towards the kubelet: fixed, or rebuilt when its files (the
 /// kubelet's CA, the proxy's client certificate and key) change. Each new connection takes the
@@ -105,7 +104,7 @@ impl Inner {
             } => {
                 let tcp = tcp(host, *port).await?;
                 let stream = TlsConnector::from(tls.current())
-                    .connect(server_name.clone(), ReadAhead::new(tcp))
+                    .connect(server_name.clone(), tcp)
                     .await
                     .map_err(ConnectError::Tls)?;
                 Ok(UpstreamStream::Tls(Box::new(stream)))
@@ -152,7 +151,7 @@ impl tower_service::Service<Uri> for UpstreamConnector {
 pub(crate) enum UpstreamStream {
     Tcp(TcpStream),
     /// Boxed: a TLS session is much larger than a socket.
-    Tls(Box<TlsStream<ReadAhead<TcpStream>>>),
+    Tls(Box<TlsStream<TcpStream>>),
     Unix(UnixStream),
 }
 

@@ -22,7 +22,6 @@ use crate::admin::metrics::Metrics;
 use crate::request::held_body::Holding;
 use crate::request::pipeline::Lane;
 use crate::startup::reload::Reloadable;
-use crate::tls::read_ahead::ReadAhead;
 
 /// What every connection a serving thread is handed is served with.
 pub(super) struct Accepted {
@@ -154,12 +153,9 @@ async fn handshake(
     acceptor: TlsAcceptor,
     limits: &Connection,
     metrics: &Metrics,
-) -> Option<tokio_rustls::server::TlsStream<ReadAhead<TcpStream>>> {
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
     let _ = tcp.set_nodelay(true);
-    let accept = tokio::time::timeout(
-        limits.handshake_timeout,
-        acceptor.accept(ReadAhead::new(tcp)),
-    );
+    let accept = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp));
     let handshake = tokio::select! {
         handshake = accept => handshake,
         () = limits.shutdown.closing().cancelled() => return None,

@@ -20,10 +20,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
-use crate::tls::read_ahead::ReadAhead;
-
 /// What a client connection is read and written through.
-type Io = TokioIo<TlsStream<ReadAhead<TcpStream>>>;
+type Io = TokioIo<TlsStream<TcpStream>>;
 
 /// Most streams one HTTP/2 connection may have open at once: Go's net/http default (and so the
 /// kubelet's).
@@ -77,7 +75,7 @@ impl HttpServer {
 
     /// Serves `tls` with `service` in the protocol its handshake agreed; HTTP/1.1 connections
     /// may be upgraded (exec, attach, port-forward).
-    pub fn serve<S: Service>(&self, tls: TlsStream<ReadAhead<TcpStream>>, service: S) -> Served<S> {
+    pub fn serve<S: Service>(&self, tls: TlsStream<TcpStream>, service: S) -> Served<S> {
         let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
         let io = TokioIo::new(tls);
         if h2 {

@@ -4,7 +4,6 @@
 
 pub mod ciphers;
 pub mod client_auth;
-pub mod read_ahead;
 mod upstream_name;
 
 use std::path::Path;
