@@ -85,7 +85,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             tcp.set_nodelay(true).ok();
             let (acceptor, pool) = (acceptor.clone(), pool.clone());
             tokio::spawn(async move {
-                let Ok(Ok(tls)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
+                let Ok(Ok(tls)) =
+                    tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
                 else {
                     return;
                 };
@@ -175,7 +176,12 @@ fn respond(mut req: Request<Incoming>, pool: LinePool) -> Response<Body> {
     let framing = match upgrade {
         Some(u) if u.eq_ignore_ascii_case(b"websocket") => Framing::WebSocket,
         Some(u) if u.eq_ignore_ascii_case(b"SPDY/3.1") => Framing::Spdy,
-        _ => return plain(StatusCode::BAD_REQUEST, "upgrade to websocket or SPDY/3.1\n"),
+        _ => {
+            return plain(
+                StatusCode::BAD_REQUEST,
+                "upgrade to websocket or SPDY/3.1\n",
+            );
+        }
     };
     let mut response = Response::new(Full::new(Bytes::new()).boxed_unsync());
     *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
@@ -195,7 +201,9 @@ fn respond(mut req: Request<Incoming>, pool: LinePool) -> Response<Body> {
                 headers.insert("sec-websocket-protocol", HeaderValue::from_static(protocol));
             }
             let key = req.headers().get("sec-websocket-key");
-            if let Some(accept) = key.and_then(|k| HeaderValue::from_str(&websocket_accept(k.as_bytes())).ok()) {
+            if let Some(accept) =
+                key.and_then(|k| HeaderValue::from_str(&websocket_accept(k.as_bytes())).ok())
+            {
                 headers.insert("sec-websocket-accept", accept);
             }
         }
@@ -205,7 +213,10 @@ fn respond(mut req: Request<Incoming>, pool: LinePool) -> Response<Body> {
                 Kind::Exec => "v4.channel.k8s.io",
                 _ => "portforward.k8s.io",
             };
-            headers.insert("x-stream-protocol-version", HeaderValue::from_static(version));
+            headers.insert(
+                "x-stream-protocol-version",
+                HeaderValue::from_static(version),
+            );
         }
     }
     let session = Session {

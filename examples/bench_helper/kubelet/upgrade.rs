@@ -49,8 +49,11 @@ impl Session {
                 let prefix: &[u8] = if ws { &[CHANNEL_STDOUT] } else { &[] };
                 self.send(&mut io, prefix).await?;
                 if ws {
-                    write(&mut io, &ws_frame(WS_BINARY, &[CHANNEL_STATUS], EXEC_SUCCESS, None))
-                        .await?;
+                    write(
+                        &mut io,
+                        &ws_frame(WS_BINARY, &[CHANNEL_STATUS], EXEC_SUCCESS, None),
+                    )
+                    .await?;
                     write(&mut io, &ws_close(None)).await?;
                 }
             }

@@ -2,8 +2,7 @@
 //! nginx reference), each with the run's figure and whether it is met.
 
 use super::format::{
-    against_reference, all_of, fmt_count, fmt_kib, fmt_ms, fmt_pct, fmt_rps, fmt_us,
-    or_dash,
+    against_reference, all_of, fmt_count, fmt_kib, fmt_ms, fmt_pct, fmt_rps, fmt_us, or_dash,
 };
 use super::records::ratio;
 use super::streams::stream_goals;

@@ -293,11 +293,18 @@ pub(super) fn stream_goals(run: &Run, proxy: &str) -> Vec<(&'static str, String,
     let (mut speed, mut speed_met) = (Vec::new(), Some(true));
     let (mut cpu, mut cpu_met) = (Vec::new(), Some(true));
     for case in &bulk {
-        let figure = |t: &str, f: fn(&Summary) -> Option<f64>| run.stream(case, t).as_ref().and_then(f);
-        let r = ratio(figure(proxy, |s| s.mb_per_s), figure(DIRECT, |s| s.mb_per_s));
+        let figure =
+            |t: &str, f: fn(&Summary) -> Option<f64>| run.stream(case, t).as_ref().and_then(f);
+        let r = ratio(
+            figure(proxy, |s| s.mb_per_s),
+            figure(DIRECT, |s| s.mb_per_s),
+        );
         speed.push(format!("{case} {}", fmt_pct(r)));
         speed_met = all_of(speed_met, r.map(|r| r >= 0.9));
-        let (ours, theirs) = (figure(proxy, |s| s.cpu_per_gb), figure(REFERENCE, |s| s.cpu_per_gb));
+        let (ours, theirs) = (
+            figure(proxy, |s| s.cpu_per_gb),
+            figure(REFERENCE, |s| s.cpu_per_gb),
+        );
         let r = ratio(ours, theirs);
         cpu.push(format!(
             "{case} {} vs {} ({})",
@@ -321,7 +328,10 @@ pub(super) fn stream_goals(run: &Run, proxy: &str) -> Vec<(&'static str, String,
         ));
     }
     if run.stream("follow", proxy).is_some() {
-        let (ours, theirs) = (added(run, proxy, |s| s.p50_us), added(run, REFERENCE, |s| s.p50_us));
+        let (ours, theirs) = (
+            added(run, proxy, |s| s.p50_us),
+            added(run, REFERENCE, |s| s.p50_us),
+        );
         goals.push((
             "followed log: added p50 line latency ≤ the nginx reference's + 50 µs",
             format!(

@@ -45,7 +45,9 @@ impl Head {
             return Ok(BodyFraming::Chunked(Chunked::new()));
         }
         match self.get("content-length") {
-            Some(n) => Ok(BodyFraming::Length(n.parse().context("bad content-length")?)),
+            Some(n) => Ok(BodyFraming::Length(
+                n.parse().context("bad content-length")?,
+            )),
             None => Ok(BodyFraming::UntilClose),
         }
     }

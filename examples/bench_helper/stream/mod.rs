@@ -154,7 +154,10 @@ async fn connect(
     tcp.set_nodelay(true).ok();
     let connector = TlsConnector::from(Arc::new(config));
     connector
-        .connect(ServerName::IpAddress(addr.ip().into()), CountingStream::new(tcp))
+        .connect(
+            ServerName::IpAddress(addr.ip().into()),
+            CountingStream::new(tcp),
+        )
         .await
         .context("TLS handshake")
 }
@@ -167,20 +170,20 @@ async fn send_head(
     addr: SocketAddr,
     extra: &[(&str, &str)],
 ) -> anyhow::Result<()> {
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: bench_helper\r\n");
+    let mut head =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: bench_helper\r\n");
     for (name, value) in extra {
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     head.push_str("\r\n");
-    tls.write_all(head.as_bytes()).await.context("sending the request")?;
+    tls.write_all(head.as_bytes())
+        .await
+        .context("sending the request")?;
     tls.flush().await.context("sending the request")
 }
 
 /// One read of up to the buffer's size, bounded by [`STALL`].
-async fn read_some(
-    io: &mut (impl AsyncRead + Unpin),
-    buf: &mut [u8],
-) -> anyhow::Result<usize> {
+async fn read_some(io: &mut (impl AsyncRead + Unpin), buf: &mut [u8]) -> anyhow::Result<usize> {
     tokio::time::timeout(STALL, io.read(buf))
         .await
         .context("no data for a minute")?
@@ -380,7 +383,11 @@ async fn upgraded(
             head.get("sec-websocket-accept")
         );
     }
-    let channel = if exec { CHANNEL_STDOUT } else { CHANNEL_PF_DATA };
+    let channel = if exec {
+        CHANNEL_STDOUT
+    } else {
+        CHANNEL_PF_DATA
+    };
     let mut deframer = Deframer::new(framing, channel, !exec);
     deframer.feed(&first);
     if up {
