@@ -397,3 +397,65 @@ pub(super) fn streams_json(run: &Run) -> Value {
         .collect();
     Value::Array(cases)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two rounds of `log` and one `follow`, for direct, a proxy and the reference.
+    fn run() -> Run {
+        let mut raw = String::from("proxy\tp\tcmd\nmeta\tclk_tck\t100\n");
+        for (target, secs, cpu, reads, p50) in [
+            (DIRECT, 1.0, "-", 1000, 100),
+            ("p", 1.25, "50", 4000, 180),
+            (REFERENCE, 2.0, "200", 100, 300),
+        ] {
+            for round in [1, 2] {
+                raw.push_str(&format!(
+                    "stream\tlog\t{target}\t{round}\tok\t1000000000\t{secs}\t{cpu}\t8000\t{reads}\t2000000000\t-\t-\t-\n"
+                ));
+            }
+            raw.push_str(&format!(
+                "stream\tfollow\t{target}\t1\tok\t30000\t2.0\t-\t-\t200\t34000\t{p50}\t{}\t{}\n",
+                p50 * 2,
+                p50 * 3
+            ));
+        }
+        raw.push_str("stream\tlog\tp\t3\tfailed: boom\t-\t-\t-\t-\t-\t-\t-\t-\t-\n");
+        Run::parse(&raw)
+    }
+
+    #[test]
+    fn transfers_fold_into_medians_per_case_and_target() {
+        let run = run();
+        let p = run.stream("log", "p").unwrap();
+        assert_eq!(p.mb_per_s, Some(800.0));
+        assert_eq!(p.cpu_per_gb, Some(0.5));
+        assert_eq!(p.kb_per_receive, Some(500.0));
+        assert_eq!(p.runs, ["800", "800", "failed: boom"]);
+        let follow = run.stream("follow", "p").unwrap();
+        assert_eq!((follow.mb_per_s, follow.p50_us), (None, Some(180.0)));
+        assert!(run.stream("exec-ws", "p").is_none());
+    }
+
+    #[test]
+    fn stream_targets_show_every_case() {
+        let goals = stream_goals(&run(), "p");
+        assert_eq!(goals.len(), 3);
+        assert_eq!(goals[0].1, "log 80%");
+        assert_eq!(goals[0].2, Some(false));
+        assert_eq!(goals[1].1, "log 0.50 s vs 2.00 s (0.25×)");
+        assert_eq!(goals[1].2, Some(true));
+        // +80 µs against the reference's +200 µs.
+        assert_eq!(goals[2].1, "+80 µs (nginx reference +200 µs)");
+        assert_eq!(goals[2].2, Some(true));
+        let mut md = String::new();
+        streams_markdown(&mut md, &run(), &|_| "?".to_owned());
+        assert!(
+            md.contains(
+                "| log (log read, a chunk per line) | p | 800 | 80% | 0.50 s | 500.0 | 8000 KiB"
+            ),
+            "{md}"
+        );
+    }
+}
