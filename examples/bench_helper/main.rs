@@ -1,7 +1,9 @@
 //! The Rust half of `bench/run`: what the shell script cannot do itself. It makes the throwaway
 //! certificates, runs the stand-in API server, holds idle TLS connections, fires cold bursts, and
-//! turns the raw measurements into `docs/BENCHMARKS.md` and the results JSON. `fleet-live`, run
-//! by `bench/fleet-live`, reruns issue 19's fleet situations with real proxy processes.
+//! turns the raw measurements into `docs/BENCHMARKS.md` and the results JSON. `kubelet` and
+//! `stream` are the two ends of the stream cases: a kubelet-like upstream that writes logs, exec
+//! and port-forward data as a kubelet does, and the client that times one transfer. `fleet-live`,
+//! run by `bench/fleet-live`, reruns issue 19's fleet situations with real proxy processes.
 
 #[allow(dead_code)] // Shared with the end-to-end tests; the harness uses only part of it.
 #[path = "../../tests/support/mod.rs"]
@@ -9,9 +11,12 @@ mod support;
 
 mod client;
 mod fleet_live;
+mod frames;
+mod kubelet;
 mod pki;
 mod report;
 mod standin;
+mod stream;
 
 use std::path::PathBuf;
 
@@ -35,6 +40,12 @@ enum Command {
     },
     /// Run the stand-in API server (TokenReview, SubjectAccessReview) until stdin closes.
     Apiserver(standin::Args),
+    /// Run a kubelet-like upstream (logs line by line, exec and port-forward in 32 KiB frames)
+    /// until stdin closes.
+    Kubelet(kubelet::Args),
+    /// Time one kubelet-like transfer (log, followed log, exec, port-forward) and print its
+    /// figures as one tab-separated line.
+    Stream(stream::Args),
     /// Open TLS connections, send one request on each, and hold them idle.
     Idle(client::IdleArgs),
     /// Send concurrent requests at once on connections opened beforehand; print latencies.
@@ -66,6 +77,8 @@ fn main() -> anyhow::Result<()> {
             runtime.block_on(async {
                 match command {
                     Command::Apiserver(args) => standin::run(args).await,
+                    Command::Kubelet(args) => kubelet::run(args).await,
+                    Command::Stream(args) => stream::run(args).await,
                     Command::Idle(args) => client::idle(args).await,
                     Command::Burst(args) => client::burst(args).await,
                     Command::Silent(args) => client::silent(args).await,

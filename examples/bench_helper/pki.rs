@@ -26,8 +26,9 @@ pub fn write_all(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The local policy of the x509 setup: the load client's group may `get` every kubelet
-/// subresource the benchmark requests (healthz, metrics, log streams through nodes/proxy).
+/// The local policy of the x509 and stream setups: the load client's group may `get` every
+/// kubelet subresource the benchmark requests (healthz, metrics, logs through nodes/log or
+/// nodes/proxy), and `create` nodes/proxy, which exec and port-forward upgrades need.
 fn policy() -> String {
     format!(
         "apiVersion: rbac.authorization.k8s.io/v1
@@ -38,6 +39,9 @@ rules:
   - apiGroups: [\"\"]
     resources: [nodes/proxy, nodes/healthz, nodes/metrics, nodes/stats, nodes/log, nodes/pods]
     verbs: [get]
+  - apiGroups: [\"\"]
+    resources: [nodes/proxy]
+    verbs: [create]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

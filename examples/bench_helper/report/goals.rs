@@ -2,10 +2,10 @@
 //! nginx reference), each with the run's figure and whether it is met.
 
 use super::format::{
-    against_reference, all_of, fmt_count, fmt_kib, fmt_ms, fmt_pct, fmt_rps, fmt_times, fmt_us,
-    or_dash,
+    against_reference, all_of, fmt_count, fmt_kib, fmt_ms, fmt_pct, fmt_rps, fmt_us, or_dash,
 };
 use super::records::ratio;
+use super::streams::stream_goals;
 use super::{CASES, DIRECT, Det, REFERENCE, Run};
 
 /// A target for one proxy: what it asks, the figure, and whether it is met.
@@ -129,30 +129,9 @@ pub(super) fn goals(run: &Run) -> Vec<Goal> {
                 added.map(|us| us < 100.0),
             );
         }
-        let stream = ratio(run.median_stream(proxy), run.median_stream(DIRECT));
-        push(
-            "streaming ≥ 80% of direct",
-            format!(
-                "{} ({} vs {} MB/s; nginx reference {})",
-                fmt_pct(stream),
-                or_dash(run.median_stream(proxy).map(|v| format!("{v:.0}"))),
-                or_dash(run.median_stream(DIRECT).map(|v| format!("{v:.0}"))),
-                fmt_pct(ratio(
-                    run.median_stream(REFERENCE),
-                    run.median_stream(DIRECT)
-                )),
-            ),
-            stream.map(|r| r >= 0.8),
-        );
-        let against_reference = ratio(run.median_stream(proxy), run.median_stream(REFERENCE));
-        push(
-            "streaming ≥ the nginx reference",
-            format!(
-                "{} of the nginx reference's MB/s",
-                fmt_times(against_reference)
-            ),
-            against_reference.map(|r| r >= 1.0),
-        );
+        for (target, figure, met) in stream_goals(run, proxy) {
+            push(target, figure, met);
+        }
         let idle_peak = |t: &str| {
             run.conn_steps(t)
                 .into_iter()

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::format::hide_paths;
 use super::goals::goals;
 use super::records::ratio;
+use super::streams::streams_json;
 use super::{DIRECT, Det, REFERENCE, Run};
 
 pub(super) fn results_json(run: &Run, work_dir: &Path) -> Value {
@@ -35,35 +36,7 @@ pub(super) fn results_json(run: &Run, work_dir: &Path) -> Value {
             })
         })
         .collect();
-    let direct_stream = run.median_stream(DIRECT);
-    let streams: Vec<Value> = run
-        .targets()
-        .iter()
-        .filter(|t| run.streams.iter().any(|s| &s.target == *t))
-        .map(|t| {
-            let runs: Vec<Value> = run
-                .streams
-                .iter()
-                .filter(|s| &s.target == t)
-                .map(|s| {
-                    json!({
-                        "status": s.status,
-                        "bytes": s.bytes,
-                        "seconds": s.seconds,
-                        "mbPerSec": s.mb_per_s(),
-                        "cpuSeconds": s.cpu_seconds,
-                        "peakRssKib": s.peak_rss_kib,
-                    })
-                })
-                .collect();
-            json!({
-                "target": t,
-                "medianMbPerSec": run.median_stream(t),
-                "ratioToDirect": ratio(run.median_stream(t), direct_stream),
-                "runs": runs,
-            })
-        })
-        .collect();
+    let streams = streams_json(run);
     let conns: Vec<Value> = run
         .targets()
         .iter()

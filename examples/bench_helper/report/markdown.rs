@@ -7,8 +7,9 @@ use std::path::Path;
 use super::deterministic::deterministic_markdown;
 use super::format::{fmt_kib, fmt_ms, fmt_pct, fmt_rps, fmt_us, hide_paths, or_dash, yes_no};
 use super::goals::goals;
-use super::records::{median, ratio};
-use super::{CASES, DIRECT, REFERENCE, Run, Stream};
+use super::records::ratio;
+use super::streams::streams_markdown;
+use super::{CASES, DIRECT, REFERENCE, Run};
 
 pub(super) fn markdown(run: &Run, work_dir: &Path) -> String {
     let meta = |k: &str| run.meta.get(k).cloned().unwrap_or_else(|| "?".to_owned());
@@ -91,10 +92,12 @@ pub(super) fn markdown(run: &Run, work_dir: &Path) -> String {
         "\n  `{{args}}`, kubelet-auth-proxy's flags, by setup:\n\n\
          \x20 - x509: `{}`\n\
          \x20 - token: `{}`\n\
-         \x20 - idle connections: `{}`\n",
+         \x20 - idle connections: `{}`\n\
+         \x20 - streams (upstream: the kubelet stand-in): `{}`\n",
         hide(&meta("args_x509")),
         hide(&meta("args_token")),
-        hide(&meta("args_idle"))
+        hide(&meta("args_idle")),
+        hide(&meta("args_stream"))
     );
     let _ = writeln!(
         w,
@@ -189,50 +192,7 @@ pub(super) fn markdown(run: &Run, work_dir: &Path) -> String {
         let _ = writeln!(w);
     }
 
-    if !run.streams.is_empty() {
-        let _ = writeln!(w, "## 2. Streaming\n");
-        let _ = writeln!(
-            w,
-            "One `GET /containerLogs/default/web-0/web?follow=true` of {} MiB with curl (HTTP/1.1, \
-             x509), repeated, each round starting with the next target; the median is shown. The upstream is \
-             nginx serving a file of that size: the stand-in kubelet's followed log is paced at \
-             one line per 50 ms and cannot carry a gigabyte, and a file keeps the upstream's own \
-             cost the same for every target. *CPU*: the process's CPU seconds per stream.\n",
-            meta("stream_mib")
-        );
-        let _ = writeln!(
-            w,
-            "| Target | MB/s (median) | vs direct | runs (MB/s) | CPU per stream | Peak RSS |\n\
-             |---|---:|---:|---|---:|---:|"
-        );
-        let direct = run.median_stream(DIRECT);
-        for target in run.targets() {
-            let streams: Vec<&Stream> = run.streams.iter().filter(|s| s.target == target).collect();
-            if streams.is_empty() {
-                continue;
-            }
-            let runs: Vec<String> = streams
-                .iter()
-                .map(|s| match s.mb_per_s() {
-                    Some(v) if s.status == "ok" => format!("{v:.0}"),
-                    _ => s.status.clone(),
-                })
-                .collect();
-            let cpu = median(streams.iter().filter_map(|s| s.cpu_seconds).collect());
-            let peak = streams.iter().filter_map(|s| s.peak_rss_kib).max();
-            let med = run.median_stream(&target);
-            let _ = writeln!(
-                w,
-                "| {target} | {} | {} | {} | {} | {} |",
-                or_dash(med.map(|v| format!("{v:.0}"))),
-                fmt_pct(ratio(med, direct)),
-                runs.join(", "),
-                or_dash(cpu.map(|s| format!("{s:.2} s"))),
-                fmt_kib(peak)
-            );
-        }
-        let _ = writeln!(w);
-    }
+    streams_markdown(w, run, &meta);
 
     if !run.conns.is_empty() {
         let _ = writeln!(w, "## 3. Idle connections\n");
@@ -382,8 +342,8 @@ pub(super) fn markdown(run: &Run, work_dir: &Path) -> String {
          CA, ECDSA P-256 keys), and starts everything on 127.0.0.1 in a temporary directory \
          (`$WORK` below). Each proxy is started fresh for each case and stopped after it.\n\n\
          - **Upstream**: nginx, TLS with client certificates required, HTTP/1.1 and HTTP/2, \
-         keep-alive; `/healthz` is a 1 KiB file, `/metrics/cadvisor` 1 MiB, \
-         `/containerLogs/…` the stream file.\n\
+         keep-alive; `/healthz` is a 1 KiB file, `/metrics/cadvisor` 1 MiB. The stream cases \
+         have their own upstream, the kubelet stand-in `bench_helper kubelet` (section 2).\n\
          - **x509 setup** of the proxy: client certificates from the bench CA, \
          `--authorization-mode=Policy` with a ClusterRole granting the load client's group \
          `get` on the kubelet subresources.\n\
@@ -404,6 +364,16 @@ pub(super) fn markdown(run: &Run, work_dir: &Path) -> String {
             w,
             "The nginx reference proxy's configuration, as run:\n\n```nginx\n{}```\n",
             reference_conf.trim_start()
+        );
+    }
+    let stream_conf = std::fs::read_to_string(work_dir.join("raw/nginx-reference-stream.conf"))
+        .map(|c| hide(&c))
+        .unwrap_or_default();
+    if !run.streams.is_empty() && !stream_conf.is_empty() {
+        let _ = writeln!(
+            w,
+            "The nginx reference of the stream cases (section 2), as run:\n\n```nginx\n{}```\n",
+            stream_conf.trim_start()
         );
     }
     md

@@ -8,6 +8,7 @@ mod goals;
 mod json;
 mod markdown;
 mod records;
+mod streams;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use serde_json::Value;
 
 use json::results_json;
 use markdown::markdown;
+use streams::Stream;
 
 /// The label of the nginx reference proxy.
 const REFERENCE: &str = "nginx-reference";
@@ -106,26 +108,6 @@ struct Load {
     upstream_connections: Option<u64>,
     /// The figures of each round, for the results JSON.
     rounds: Vec<Value>,
-}
-
-/// One stream.
-#[derive(Debug, Clone)]
-struct Stream {
-    target: String,
-    status: String,
-    bytes: Option<u64>,
-    seconds: Option<f64>,
-    cpu_seconds: Option<f64>,
-    peak_rss_kib: Option<u64>,
-}
-
-impl Stream {
-    fn mb_per_s(&self) -> Option<f64> {
-        match (self.bytes, self.seconds) {
-            (Some(b), Some(s)) if s > 0.0 => Some(b as f64 / s / 1e6),
-            _ => None,
-        }
-    }
 }
 
 /// Memory with some idle connections held.

@@ -24,7 +24,8 @@ impl Run {
     ///
     /// - `meta <key> <value>`; `proxy <label> <command template>`;
     /// - `load <case> <target> <status> <oha json file> <cpu ticks> <VmHWM KiB> <upstream conns>`;
-    /// - `stream <target> <round> <status> <bytes> <seconds> <cpu ticks> <VmHWM KiB>`;
+    /// - `stream <case> <target> <round> <status> <bytes> <seconds> <cpu ticks> <VmHWM KiB>
+    ///   <receives> <received bytes> <p50 µs> <p99 µs> <max µs>` (see [`Stream`]);
     /// - `conn <target> <idle connections> <status> <established> <VmRSS KiB> <VmHWM KiB>`;
     /// - `burst <target> <x509|one|distinct> <status> <TokenReviews> <SARs> <summary json file>`;
     /// - `det <x509|token> <connections> <target> <status> <oha json under callgrind> <Ir>
@@ -53,14 +54,9 @@ impl Run {
                         None => rounds.push(vec![load]),
                     }
                 }
-                Some("stream") if f.len() >= 8 => run.streams.push(Stream {
-                    target: f[1].to_owned(),
-                    status: f[3].to_owned(),
-                    bytes: num(f.get(4)),
-                    seconds: num(f.get(5)),
-                    cpu_seconds: num::<f64>(f.get(6)).map(|t| t / clk_tck(&run.meta)),
-                    peak_rss_kib: num(f.get(7)),
-                }),
+                Some("stream") if f.len() >= 14 => {
+                    run.streams.push(Stream::from_record(&f, &run.meta));
+                }
                 Some("conn") if f.len() >= 7 => run.conns.push(ConnStep {
                     target: f[1].to_owned(),
                     idle: num(f.get(2)).unwrap_or(0),
@@ -121,16 +117,6 @@ impl Run {
     /// The proxies under test: every target but the direct connection and the reference.
     pub(super) fn proxies(&self) -> Vec<&str> {
         self.proxies.iter().map(|(l, _)| l.as_str()).collect()
-    }
-
-    pub(super) fn median_stream(&self, target: &str) -> Option<f64> {
-        median(
-            self.streams
-                .iter()
-                .filter(|s| s.target == target && s.status == "ok")
-                .filter_map(Stream::mb_per_s)
-                .collect(),
-        )
     }
 
     pub(super) fn conn_steps(&self, target: &str) -> Vec<&ConnStep> {
