@@ -172,3 +172,58 @@ async fn a_body_of_known_length_keeps_its_length_and_answers_at_once() {
     assert_eq!(frame.unwrap().into_data().unwrap(), "ok");
     assert!(body.is_end_stream());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_continuous_stream_of_lines_leaves_in_few_frames() {
+    // A kubelet slower than the proxy: each line found alone by a turn (the writer yields
+    // between lines), in bursts of 100 with quiet spells between; the channel's room stands
+    // for the socket buffer.
+    let (sender, mut body) = fed(4096);
+    let writer = tokio::spawn(async move {
+        for i in 0..1000 {
+            sender.send(Ok(Frame::data(line(i)))).await.unwrap();
+            for _ in 0..3 {
+                tokio::task::yield_now().await;
+            }
+            if i % 100 == 99 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let got = frames(&mut body).await;
+    writer.await.unwrap();
+    let joined: Vec<u8> = got
+        .iter()
+        .flat_map(|f| f.as_ref().unwrap().data_ref().unwrap().to_vec())
+        .collect();
+    let expected: Vec<u8> = (0..1000).flat_map(|i| line(i).to_vec()).collect();
+    assert_eq!(joined, expected, "every byte, in order");
+    assert!(
+        got.len() < 100,
+        "1000 lines in bursts came out in {} frames",
+        got.len()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn followed_lines_apart_leave_the_moment_they_come() {
+    let (sender, mut body) = fed(1);
+    let sent_at = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let writer = {
+        let sent_at = std::sync::Arc::clone(&sent_at);
+        tokio::spawn(async move {
+            for i in 0..20 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                sent_at.lock().unwrap().push(tokio::time::Instant::now());
+                sender.send(Ok(Frame::data(line(i)))).await.unwrap();
+            }
+        })
+    };
+    let mut received_at = Vec::new();
+    while let Some(frame) = body.frame().await {
+        assert!(frame.unwrap().is_data());
+        received_at.push(tokio::time::Instant::now());
+    }
+    writer.await.unwrap();
+    assert_eq!(received_at, *sent_at.lock().unwrap(), "no line waited");
+}
