@@ -13,35 +13,16 @@
 //! body ends, or [`GATHER_LIMIT`] bytes are held. A followed log line that is alone still leaves
 //! at once; a burst of lines leaves as one frame, written in full TLS records. Large chunks (a
 //! `Content-Length` body read in big pieces) pass without a turn or a copy.
-//!
-//! A kubelet writing a long log line by line is often slower than the proxy reading it, so each
-//! turn finds one line and gathering alone saves nothing: every line still cost a wake-up, a read
-//! and a record on each side. So when a small frame follows the previous one within [`HOLD`] (the
-//! lines are coming back to back), the body waits [`HOLD`] before reading the kubelet again, and
-//! the lines that came meanwhile leave together. The first line after a quiet spell never waits:
-//! a followed log's lines, seconds apart, leave as they come; only lines inside a continuous
-//! stream wait, for at most [`HOLD`], while the kernel's socket buffer holds them (TCP flow control
-//! bounds what waits).
 
-use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame, SizeHint};
-use tokio::time::{Duration, Instant, Sleep};
 
 /// The most bytes gathered into one frame: four full TLS records. Past it the frame is answered
 /// without another turn, so a fast kubelet never makes a frame (or what it holds) grow further.
 pub const GATHER_LIMIT: usize = 64 * 1024;
-
-/// How long lines coming back to back wait to leave together: the timer's resolution, and well
-/// below what a person following a log notices.
-pub const HOLD: Duration = Duration::from_millis(1);
-
-/// A frame smaller than this (one TLS record) that follows the previous one within [`HOLD`] makes
-/// the body wait before reading more; larger frames mean the kubelet is already ahead.
-const SMALL_FRAME: usize = 16 * 1024;
 
 /// `inner`, its data chunks gathered as the module describes.
 #[derive(Debug)]
@@ -55,12 +36,6 @@ pub struct Coalesced<B: Body> {
     turned: bool,
     /// What ended the inner body (its end, trailers or an error), answered after `held`.
     after: Option<After<B::Error>>,
-    /// When the last data frame was answered.
-    last_sent: Option<Instant>,
-    /// Set while the body waits before reading the kubelet again; kept to be reset, not
-    /// allocated for every wait.
-    pause: Option<Pin<Box<Sleep>>>,
-    paused: bool,
 }
 
 #[derive(Debug, Default)]
@@ -120,26 +95,6 @@ impl<B: Body> Coalesced<B> {
             held: Held::Nothing,
             turned: false,
             after: None,
-            last_sent: None,
-            pause: None,
-            paused: false,
-        }
-    }
-
-    /// Notes a data frame of `len` bytes answered, and starts a wait when it continues a stream
-    /// of small frames (see the module's doc).
-    fn sent(&mut self, len: usize) {
-        let now = Instant::now();
-        let streaming = self
-            .last_sent
-            .is_some_and(|at| now.saturating_duration_since(at) < HOLD);
-        self.last_sent = Some(now);
-        if streaming && len < SMALL_FRAME {
-            match &mut self.pause {
-                Some(pause) => pause.as_mut().reset(now + HOLD),
-                None => self.pause = Some(Box::pin(tokio::time::sleep_until(now + HOLD))),
-            }
-            self.paused = true;
         }
     }
 }
@@ -157,12 +112,6 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         let this = &mut *self;
-        if this.paused
-            && let Some(pause) = &mut this.pause
-        {
-            std::task::ready!(pause.as_mut().poll(cx));
-            this.paused = false;
-        }
         if this.after.is_none() {
             loop {
                 match Pin::new(&mut this.inner).poll_frame(cx) {
@@ -172,11 +121,9 @@ where
                             if chunk.is_empty() {
                                 continue;
                             }
-                            if this.held.len() == 0 && this.inner.is_end_stream() {
-                                return Poll::Ready(Some(Ok(Frame::data(chunk))));
-                            }
-                            if this.held.len() == 0 && chunk.len() >= GATHER_LIMIT {
-                                this.sent(chunk.len());
+                            if this.held.len() == 0
+                                && (chunk.len() >= GATHER_LIMIT || this.inner.is_end_stream())
+                            {
                                 return Poll::Ready(Some(Ok(Frame::data(chunk))));
                             }
                             this.held.push(chunk);
@@ -219,9 +166,6 @@ where
         }
         this.turned = false;
         if let Some(chunk) = this.held.take() {
-            if this.after.is_none() && !this.inner.is_end_stream() {
-                this.sent(chunk.len());
-            }
             return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }
         match this.after.take() {
