@@ -47,9 +47,10 @@
 //!   spread the expiries of keys filled together and refresh keys in use ahead of expiry (the
 //!   rules the fleet simulation `examples/fleet_sim` runs too); the calls in flight are bounded
 //!   per kind, and the API server's `Retry-After` holds them all off ([`apiserver::hold`]).
-//! - [`forward`]: forwarding to the kubelet: header hygiene, streaming, upgrades (exec, attach
-//!   and portForward only, one task owning each session), and the bound on requests in flight to
-//!   it, in all and per user.
+//! - [`forward`]: forwarding to the kubelet: header hygiene, streaming (the kubelet's chunks
+//!   gathered into frames as large as what is readable, `coalesce`), upgrades (exec, attach and
+//!   portForward only, one task owning each session, copied both ways in full TLS records,
+//!   `upgrade::pump`), and the bound on requests in flight to it, in all and per user.
 //! - [`audit`]: one `audit.k8s.io/v1` event per request (`event`, `json`, `writer`, `rotate`),
 //!   written off the request path, each bounded in size (cut, never dropped); which events are
 //!   written at all decided by an `audit.k8s.io/v1` policy ([`audit::policy`],
