@@ -4,9 +4,6 @@
 //! one write, and read by a deframer that counts payload without buffering it, so that reading
 //! costs the same for every target.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-
 /// The largest data a frame carries: the buffer of Go's `io.Copy`, which the kubelet's exec
 /// and port-forward streams write through.
 pub const FRAME_DATA: usize = 32 * 1024;
@@ -27,16 +24,7 @@ pub const SPDY_STREAM: u32 = 3;
 /// SPDY's FIN flag: the last frame of a stream.
 pub const SPDY_FIN: u8 = 0x01;
 
-/// The GUID RFC 6455 appends to `Sec-WebSocket-Key` before hashing.
-const WEBSOCKET_GUID: &str = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-
-/// `Sec-WebSocket-Accept` for a key (RFC 6455 §4.2.2): base64(SHA-1(key + GUID)).
-pub fn websocket_accept(key: &[u8]) -> String {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
-    ctx.update(key);
-    ctx.update(WEBSOCKET_GUID.as_bytes());
-    STANDARD.encode(ctx.finish())
-}
+pub use kubelet_auth_proxy::tools::demo::kubelet::websocket_accept;
 
 /// One whole WebSocket frame (FIN set): header, then `prefix` and `data` as its payload, masked
 /// with `mask` when given (frames a client sends must be masked).
@@ -264,14 +252,6 @@ impl Deframer {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn websocket_accept_matches_rfc_6455_example() {
-        assert_eq!(
-            websocket_accept(b"dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
-        );
-    }
 
     #[test]
     fn the_deframer_counts_data_in_any_cut() {
