@@ -8,16 +8,25 @@
 //! towards the caller: a long log cost a system call and a record per line.
 //!
 //! [`Coalesced`] gathers, before it answers, every chunk the kubelet connection can produce
-//! without waiting: after a chunk it lets the reading task run once more (one turn of the serving
-//! thread's run queue, no timer) and takes what that brought, until a turn brings nothing, the
-//! body ends, or [`GATHER_LIMIT`] bytes are held. A followed log line that is alone still leaves
-//! at once; a burst of lines leaves as one frame, written in full TLS records. Large chunks (a
+//! without waiting: after a chunk it lets the serving thread take a turn (run every task that is
+//! ready, the reading one included, and look at the sockets once, as `tokio::task::yield_now`
+//! does; no timer) and takes what that brought, until a turn brings nothing, the body ends, or
+//! [`GATHER_LIMIT`] bytes are held. A followed log line that is alone still leaves at once; a
+//! burst of lines leaves as one frame, written in full TLS records. Large chunks (a
 //! `Content-Length` body read in big pieces) pass without a turn or a copy.
+//!
+//! The end of a turn is told by a wake-up the runtime defers until the turn is over ([`Turn`]),
+//! not by the next poll: hyper's server polls a response body several times in one run of its
+//! connection task, so "polled again" does not mean the reading task has run.
 
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 
 use bytes::{Bytes, BytesMut};
+use futures_util::task::AtomicWaker;
 use http_body::{Body, Frame, SizeHint};
 
 /// The most bytes gathered into one frame: four full TLS records. Past it the frame is answered
@@ -31,9 +40,12 @@ pub struct Coalesced<B: Body> {
     /// Chunks taken but not yet answered: the first alone (no copy while it stays alone), then
     /// copied together.
     held: Held,
-    /// Whether the last poll answered `Pending` to give the reading task a turn, with `held` not
-    /// empty: when the next poll finds nothing new, the turn brought nothing.
-    turned: bool,
+    /// The turn being taken, if any (allocated at the first turn, then reused).
+    turn: Option<Arc<Turn>>,
+    /// Whether a turn is under way.
+    turning: bool,
+    /// Whether a chunk came since the turn under way (or the last one) began.
+    brought: bool,
     /// What ended the inner body (its end, trailers or an error), answered after `held`.
     after: Option<After<B::Error>>,
 }
@@ -80,6 +92,47 @@ impl Held {
     }
 }
 
+/// One turn of the serving thread: a wake-up handed to the runtime as `yield_now` hands it, so
+/// that it comes once the tasks ready now have run and the sockets have been looked at, and a flag
+/// it sets on its way to the body's task.
+#[derive(Debug, Default)]
+struct Turn {
+    over: AtomicBool,
+    task: AtomicWaker,
+}
+
+impl Turn {
+    /// Begins a turn for the task of `cx`.
+    fn take(turn: &Arc<Turn>, cx: &Context<'_>) {
+        turn.over.store(false, Ordering::Relaxed);
+        turn.task.register(cx.waker());
+        let waker = Waker::from(Arc::clone(turn));
+        // Its first poll hands `waker` to the runtime (woken at once outside one) and answers
+        // `Pending`; it is never polled again.
+        let _ = pin!(tokio::task::yield_now()).poll(&mut Context::from_waker(&waker));
+    }
+
+    /// Whether the turn is over; if not, the task of `cx` is the one it wakes.
+    fn ended(&self, cx: &Context<'_>) -> bool {
+        if self.over.load(Ordering::Acquire) {
+            return true;
+        }
+        self.task.register(cx.waker());
+        self.over.load(Ordering::Acquire)
+    }
+}
+
+impl Wake for Turn {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.over.store(true, Ordering::Release);
+        self.task.wake();
+    }
+}
+
 #[derive(Debug)]
 enum After<E> {
     End,
@@ -93,7 +146,9 @@ impl<B: Body> Coalesced<B> {
         Coalesced {
             inner,
             held: Held::Nothing,
-            turned: false,
+            turn: None,
+            turning: false,
+            brought: false,
             after: None,
         }
     }
@@ -117,7 +172,7 @@ where
                 match Pin::new(&mut this.inner).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                         Ok(chunk) => {
-                            this.turned = false;
+                            this.brought = true;
                             if chunk.is_empty() {
                                 continue;
                             }
@@ -152,19 +207,27 @@ where
                         if this.held.len() == 0 {
                             return Poll::Pending;
                         }
-                        if !this.turned {
-                            // One more turn for the task reading the kubelet: it was woken when
-                            // the chunk was taken, and runs before this task comes round again.
-                            this.turned = true;
-                            cx.waker().wake_by_ref();
-                            return Poll::Pending;
+                        if this.turning {
+                            if let Some(turn) = this.turn.as_deref()
+                                && !turn.ended(cx)
+                            {
+                                return Poll::Pending;
+                            }
+                            this.turning = false;
+                            if !this.brought {
+                                break;
+                            }
                         }
-                        break;
+                        // Another turn: the task reading the kubelet was woken when the chunk
+                        // was taken, and runs in it.
+                        this.brought = false;
+                        this.turning = true;
+                        Turn::take(this.turn.get_or_insert_with(Arc::default), cx);
+                        return Poll::Pending;
                     }
                 }
             }
         }
-        this.turned = false;
         if let Some(chunk) = this.held.take() {
             return Poll::Ready(Some(Ok(Frame::data(chunk))));
         }

@@ -109,6 +109,50 @@ async fn a_writer_task_producing_one_chunk_per_turn_is_gathered() {
     );
 }
 
+/// Reads `body` as hyper's server does: within one run of its task it polls the body again
+/// after a `Pending` (its dispatcher loops), before any other task has had a chance to run.
+async fn data_polled_twice_per_run(body: &mut Coalesced<Fed>) -> Vec<Bytes> {
+    let mut out = Vec::new();
+    std::future::poll_fn(|cx| {
+        let mut pendings = 0;
+        loop {
+            match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Ready(Some(frame)) => {
+                    out.push(frame.unwrap().into_data().unwrap());
+                    pendings = 0;
+                }
+                Poll::Ready(None) => return Poll::Ready(()),
+                Poll::Pending if pendings == 1 => return Poll::Pending,
+                Poll::Pending => pendings += 1,
+            }
+        }
+    })
+    .await;
+    out
+}
+
+#[tokio::test]
+async fn a_reader_polling_again_in_the_same_run_still_waits_for_the_turn() {
+    let (sender, mut body) = fed(1);
+    let writer = tokio::spawn(async move {
+        for i in 0..100 {
+            sender.send(Ok(Frame::data(line(i)))).await.unwrap();
+        }
+    });
+    let got = data_polled_twice_per_run(&mut body).await;
+    writer.await.unwrap();
+    assert_eq!(
+        got.concat(),
+        (0..100).flat_map(|i| line(i).to_vec()).collect::<Vec<u8>>(),
+        "every byte, in order"
+    );
+    assert!(
+        got.len() < 10,
+        "100 chunks produced one per turn came out in {} frames",
+        got.len()
+    );
+}
+
 #[tokio::test]
 async fn large_chunks_pass_without_a_copy_and_frames_stay_bounded() {
     let (sender, mut body) = fed(100);

@@ -660,3 +660,95 @@ fn host_port_strips_ipv6_brackets_and_defaults_the_port() {
         ("kubelet.test".to_owned(), 443)
     );
 }
+
+/// A kubelet that answers one request with a chunked log of `lines` lines, each written and
+/// flushed alone (one chunk, one TLS record, as the kubelet's flush-writer sends them), then
+/// waits for `finish` before the last chunk. It runs on a thread of its own, so every line is on
+/// the socket before the proxy reads the first.
+fn line_by_line_kubelet(
+    lines: &[String],
+    finish: std::sync::mpsc::Receiver<()>,
+) -> (UpstreamTarget, CertificateDer<'static>) {
+    let (server_tls, ca) = kubelet_tls();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let lines = lines.to_vec();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            listener.set_nonblocking(true).unwrap();
+            let (tcp, _) = TcpListener::from_std(listener)
+                .unwrap()
+                .accept()
+                .await
+                .unwrap();
+            tcp.set_nodelay(true).unwrap();
+            let mut tls = tokio_rustls::TlsAcceptor::from(server_tls)
+                .accept(tcp)
+                .await
+                .unwrap();
+            let mut head = [0u8; 4096];
+            let _ = tls.read(&mut head).await.unwrap();
+            tls.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .await
+                .unwrap();
+            for line in &lines {
+                tls.write_all(format!("{:x}\r\n{line}\r\n", line.len()).as_bytes())
+                    .await
+                    .unwrap();
+                tls.flush().await.unwrap();
+            }
+            let _ = finish.recv_timeout(WAIT);
+            tls.write_all(b"0\r\n\r\n").await.unwrap();
+            tls.flush().await.unwrap();
+            let _ = tls.read(&mut head).await;
+        });
+    });
+    let authority = http::uri::Authority::try_from(addr.to_string()).unwrap();
+    (UpstreamTarget::Https { authority }, ca)
+}
+
+#[tokio::test]
+async fn log_lines_already_written_leave_the_server_gathered() {
+    let lines: Vec<String> = (0..300)
+        .map(|i| format!("2026-11-27T06:00:00.{i:09}Z INFO line {i} of a container log\n"))
+        .collect();
+    let (finish, finished) = std::sync::mpsc::channel();
+    let (upstream, ca) = line_by_line_kubelet(&lines, finished);
+    let forwarder = Forwarder::new(upstream, Some(client_tls(ca)), None, options(false)).unwrap();
+    let addr = front(forwarder, alice()).await;
+    let resp = send(
+        addr,
+        get("/containerLogs/default/web-0/web")
+            .body(Full::new(Bytes::new()))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(resp.status(), StatusCode::OK);
+    // Every line reaches the proxy's socket before it reads the first.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut body = resp.into_body();
+    let mut frames = 0;
+    let mut got = Vec::new();
+    while let Some(frame) = timeout(WAIT, body.frame()).await.unwrap() {
+        got.extend_from_slice(frame.unwrap().data_ref().unwrap());
+        frames += 1;
+        if frames == 1 {
+            let _ = finish.send(());
+        }
+    }
+    assert_eq!(
+        String::from_utf8(got).unwrap(),
+        lines.concat(),
+        "every line, in order"
+    );
+    // hyper's server polls a body several times in one run of its task: a gathering that took
+    // the second poll for the end of its turn sent 300 chunks here.
+    assert!(
+        frames <= 5,
+        "300 readable lines came out in {frames} chunks"
+    );
+}
