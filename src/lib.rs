@@ -64,7 +64,8 @@
 //!   certificates, the client CA and policies in when their files change; [`startup::probe`]
 //!   (`check-config --probe`) reaches each dependency before the proxy relies on it.
 //! - [`admin`]: what the operator sees: Prometheus metrics ([`admin::metrics`],
-//!   [`admin::generation`]: which build and process serves), the `/healthz`, `/readyz`,
+//!   [`admin::generation`]: which build and process serves; [`admin::certificates`]: when each
+//!   certificate loaded expires, when each watched file was last reloaded), the `/healthz`, `/readyz`,
 //!   `/metrics` listener ([`admin::listener`], on `--admin-socket` too, which
 //!   [`admin::exec_probe`] asks for exec probes), and a recurring failure said once a minute
 //!   per cause ([`admin::reports`]).

@@ -325,6 +325,7 @@ pub struct Metrics {
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
     match_condition_errors: Family<AuthorizerLabels, Counter>,
     generation: crate::admin::generation::Generation,
+    certificates: crate::admin::certificates::CertificateMetrics,
     rbac: crate::authz::live_rbac::metrics::RbacMetrics,
     decisions: Family<AuthorizationDecisionLabels, Counter>,
     /// Each (mode, decision) pair's counter of `decisions`, once used.
@@ -495,6 +496,7 @@ impl Metrics {
             match_condition_errors.clone(),
         );
         let generation = crate::admin::generation::Generation::register(&mut registry);
+        let certificates = crate::admin::certificates::CertificateMetrics::register(&mut registry);
         let rbac = crate::authz::live_rbac::metrics::RbacMetrics::register(&mut registry);
         let decisions = Family::<AuthorizationDecisionLabels, Counter>::default();
         registry.register(
@@ -505,6 +507,7 @@ impl Metrics {
         Metrics {
             registry,
             generation,
+            certificates,
             rbac,
             decisions,
             decisions_by_pair: Default::default(),
@@ -742,6 +745,12 @@ impl Metrics {
         self.accepted
             .get_or_create(&ThreadLabels { thread })
             .clone()
+    }
+
+    /// Certificate expiry and the last reload of each watched file
+    /// ([`crate::admin::certificates`]).
+    pub fn certificates(&self) -> &crate::admin::certificates::CertificateMetrics {
+        &self.certificates
     }
 
     /// Build, start time and handovers ([`crate::admin::generation`]).

@@ -25,13 +25,15 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::admin::certificates::{CertificateSource, ReadCertificates};
 use crate::admin::metrics::{ApiCallLabels, Metrics, ReviewKind};
-use crate::startup::reload::{ReloadError, ReloadTarget, Reloadable};
+use crate::startup::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
 
 pub mod cache;
 pub mod failure;
 mod gate;
 pub mod hold;
+mod kubeconfig_certificates;
 
 use failure::FailureReports;
 use gate::ReviewGate;
@@ -46,6 +48,9 @@ pub const MAX_ATTEMPTS: u32 = 5;
 const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 /// The name of the API server credentials in reload logs and metrics.
 const RELOAD_TARGET: &str = "apiserver_credentials";
+
+/// The API server's CA in a pod, where kube reads it (and re-reads it on rotation).
+const IN_CLUSTER_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 
 /// The client could not be built from the kubeconfig or the in-cluster service account. Each
 /// variant keeps kube's error as its source, so the cause (a missing file, a bad certificate in
@@ -187,14 +192,30 @@ impl ApiServerSettings {
         (self.kubeconfig.as_deref(), self.timeout)
     }
 
-    /// What the file watcher must keep up to date for this client: the kubeconfig and the files
-    /// it names; `None` in-cluster.
-    pub fn reload_target(&self) -> Option<Arc<dyn ReloadTarget>> {
-        match &self.credentials {
-            Credentials::InCluster(_) => None,
-            Credentials::Kubeconfig(reloadable) => {
-                Some(Arc::clone(reloadable) as Arc<dyn ReloadTarget>)
+    /// Has the file watcher keep this client's credentials up to date (the kubeconfig and the
+    /// files it names; kube itself re-reads them in-cluster) and read its certificates' expiry.
+    pub fn register_reloads(&self, reloads: &mut ReloadRegistry) {
+        match (&self.credentials, &self.kubeconfig) {
+            (Credentials::Kubeconfig(reloadable), Some(path)) => {
+                reloads.add(Arc::clone(reloadable) as Arc<dyn ReloadTarget>);
+                for (role, read) in [
+                    (
+                        "apiserver_client",
+                        kubeconfig_certificates::client as ReadCertificates,
+                    ),
+                    ("apiserver_ca", kubeconfig_certificates::ca),
+                ] {
+                    reloads.certificates(CertificateSource {
+                        role,
+                        file: path.clone(),
+                        read,
+                    });
+                }
             }
+            _ => reloads.certificates(CertificateSource::pem(
+                "apiserver_ca",
+                PathBuf::from(IN_CLUSTER_CA),
+            )),
         }
     }
 }
@@ -209,26 +230,7 @@ struct NamedFiles {
 
 impl NamedFiles {
     fn of(file: &Kubeconfig) -> NamedFiles {
-        let context = file.current_context.as_ref().and_then(|name| {
-            file.contexts
-                .iter()
-                .find(|c| &c.name == name)
-                .and_then(|c| c.context.as_ref())
-        });
-        let cluster = context.and_then(|context| {
-            file.clusters
-                .iter()
-                .find(|c| c.name == context.cluster)
-                .and_then(|c| c.cluster.as_ref())
-        });
-        let user = context
-            .and_then(|context| context.user.as_ref())
-            .and_then(|name| {
-                file.auth_infos
-                    .iter()
-                    .find(|u| &u.name == name)
-                    .and_then(|u| u.auth_info.as_ref())
-            });
+        let (cluster, user) = kubeconfig_certificates::current(file);
         NamedFiles {
             client_certificate: user.and_then(|u| u.client_certificate.as_ref().map(PathBuf::from)),
             client_key: user.and_then(|u| u.client_key.as_ref().map(PathBuf::from)),

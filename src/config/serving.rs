@@ -8,6 +8,7 @@ use super::ConfigError;
 use super::error::{file_cause, flag_error, reload_cause};
 use super::flags::ProxyFlags;
 use super::warnings::Warning;
+use crate::admin::certificates::CertificateSource;
 use crate::authn::x509::ClientCa;
 use crate::startup::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, ciphers};
@@ -20,6 +21,7 @@ pub(super) fn client_ca_settings(
     let Some(path) = &flags.client_ca_file else {
         return Ok(None);
     };
+    reloads.certificates(CertificateSource::pem("client_ca", path.clone()));
     reloads
         .load("client_ca", vec![path.clone()], |paths| {
             ClientCa::from_pem_file(&paths[0])
@@ -99,6 +101,7 @@ fn serving_tls(
     cipher_suites: Vec<rustls::SupportedCipherSuite>,
     client_ca: Option<Arc<Reloadable<ClientCa>>>,
 ) -> Result<Arc<Reloadable<rustls::ServerConfig>>, ReloadError> {
+    reloads.certificates(CertificateSource::pem("serving", cert_path.to_owned()));
     let mut paths = vec![cert_path.to_owned(), key_path.to_owned()];
     if let Some(ca) = &client_ca {
         paths.extend(ca.paths().iter().cloned());

@@ -12,6 +12,7 @@ use super::ConfigError;
 use super::error::{file_cause, flag_cause, flag_error, reload_cause};
 use super::flags::ProxyFlags;
 use super::serving::check_pair;
+use crate::admin::certificates::CertificateSource;
 use crate::forward::{UpstreamEndpoint, UpstreamTarget, UpstreamTlsConfig};
 use crate::startup::reload::{ReloadError, ReloadRegistry, Reloadable};
 use crate::tls::{self, UpstreamTls};
@@ -121,6 +122,10 @@ fn upstream_tls(
     reloads: &mut ReloadRegistry,
 ) -> Result<Arc<Reloadable<rustls::ClientConfig>>, ConfigError> {
     let paths = files.paths();
+    reloads.certificates(CertificateSource::pem("upstream_ca", files.ca.clone()));
+    if let Some((cert, _)) = &files.client_identity {
+        reloads.certificates(CertificateSource::pem("upstream_client", cert.clone()));
+    }
     let flag_of = |path: &Path| files.flag_of(path);
     let named: Vec<(PathBuf, &'static str)> =
         paths.iter().map(|p| (p.clone(), flag_of(p))).collect();

@@ -254,7 +254,8 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     };
     let http = HttpServer::new(config.header_read_timeout);
     let serving_tls = Arc::clone(&config.server_tls);
-    let watcher = crate::startup::reload::FileWatcher::new(config.reloads.into_targets());
+    let (reload_targets, certificates) = config.reloads.into_parts();
+    let watcher = crate::startup::reload::FileWatcher::new(reload_targets, certificates);
     tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown.draining().clone()));
     let pipeline = Arc::new(Pipeline::new(
         config.authenticator,

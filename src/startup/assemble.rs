@@ -225,9 +225,7 @@ fn decider(
             }
             AuthorizerSettings::Policy(policy) => Authorizer::Policy(policy),
             AuthorizerSettings::Rbac(rbac) => {
-                if let Some(target) = rbac.apiserver.reload_target() {
-                    reloads.add(target);
-                }
+                rbac.apiserver.register_reloads(reloads);
                 Authorizer::Rbac(Arc::new(RbacAuthorizer::start(
                     rbac,
                     metrics.rbac().clone(),
@@ -293,9 +291,7 @@ impl ApiServerClients {
         if let Some((_, client)) = self.built.iter().find(|(k, _)| *k == key) {
             return client.clone();
         }
-        if let Some(target) = settings.reload_target() {
-            reloads.add(target);
-        }
+        settings.register_reloads(reloads);
         let client = ApiServerClient::new(settings, self.max_inflight, Arc::clone(&self.metrics));
         self.built.push((key, client.clone()));
         client

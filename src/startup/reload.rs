@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::admin::certificates::CertificateSource;
 use crate::admin::metrics::{Metrics, ReloadResult};
 
 /// How often files are re-checked without a change notification.
@@ -105,6 +106,7 @@ impl<T> Reloadable<T> {
 #[derive(Default)]
 pub struct ReloadRegistry {
     targets: Vec<Arc<dyn ReloadTarget>>,
+    certificates: Vec<CertificateSource>,
 }
 
 impl ReloadRegistry {
@@ -127,9 +129,21 @@ impl ReloadRegistry {
         self.targets.push(target);
     }
 
-    /// The targets in the order they were loaded.
-    pub fn into_targets(self) -> Vec<Arc<dyn ReloadTarget>> {
-        self.targets
+    /// Records where certificates in the targets' files are, for their expiry metrics (once
+    /// per role and file: two API server clients may share a kubeconfig).
+    pub fn certificates(&mut self, source: CertificateSource) {
+        if !self
+            .certificates
+            .iter()
+            .any(|s| s.role == source.role && s.file == source.file)
+        {
+            self.certificates.push(source);
+        }
+    }
+
+    /// The targets in the order they were loaded, and where their certificates are.
+    pub fn into_parts(self) -> (Vec<Arc<dyn ReloadTarget>>, Vec<CertificateSource>) {
+        (self.targets, self.certificates)
     }
 }
 
@@ -213,6 +227,9 @@ pub fn reload_all(targets: &[Arc<dyn ReloadTarget>], metrics: &Metrics) {
             Reload::Applied => {
                 info!(target = target.target(), "reloaded");
                 metrics.observe_reload(target.target(), ReloadResult::Applied);
+                metrics
+                    .certificates()
+                    .reloaded(target.target(), target.paths());
             }
             Reload::Failed(reason) => {
                 error!(target = target.target(), %reason, "reload failed; keeping the previous version");
@@ -303,6 +320,8 @@ fn changes_contents(kind: &notify::EventKind) -> bool {
 /// nothing written after it returns is missed.
 pub struct FileWatcher {
     targets: Vec<Arc<dyn ReloadTarget>>,
+    /// Read again after every pass, for their expiry metrics.
+    certificates: Arc<[CertificateSource]>,
     /// Kept alive for as long as changes are wanted; dropping it ends the inotify watches.
     _watcher: Option<notify::RecommendedWatcher>,
     changes: mpsc::Receiver<()>,
@@ -311,7 +330,10 @@ pub struct FileWatcher {
 impl FileWatcher {
     /// Starts watching the targets' directories. Watch failures are logged; the once-a-minute
     /// check still applies.
-    pub fn new(targets: Vec<Arc<dyn ReloadTarget>>) -> FileWatcher {
+    pub fn new(
+        targets: Vec<Arc<dyn ReloadTarget>>,
+        certificates: Vec<CertificateSource>,
+    ) -> FileWatcher {
         let (tx, changes) = mpsc::channel::<()>(1);
         let names = watched_names(&targets);
         let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
@@ -336,6 +358,7 @@ impl FileWatcher {
         }
         FileWatcher {
             targets,
+            certificates: certificates.into(),
             _watcher: watcher,
             changes,
         }
@@ -347,13 +370,26 @@ impl FileWatcher {
         if self.targets.is_empty() {
             return;
         }
+        // Every target was loaded into force at start, just before this.
+        for target in &self.targets {
+            metrics
+                .certificates()
+                .reloaded(target.target(), target.paths());
+        }
         let first = tokio::time::Instant::now() + RECHECK_INTERVAL;
         let mut recheck = tokio::time::interval_at(first, RECHECK_INTERVAL);
         loop {
-            let (targets, reload_metrics) = (self.targets.clone(), Arc::clone(&metrics));
+            let (targets, certificates, reload_metrics) = (
+                self.targets.clone(),
+                Arc::clone(&self.certificates),
+                Arc::clone(&metrics),
+            );
             // Reading and parsing files blocks; keep it off the request threads.
-            let _ =
-                tokio::task::spawn_blocking(move || reload_all(&targets, &reload_metrics)).await;
+            let _ = tokio::task::spawn_blocking(move || {
+                reload_all(&targets, &reload_metrics);
+                reload_metrics.certificates().observe(&certificates);
+            })
+            .await;
             tokio::select! {
                 Some(()) = self.changes.recv() => {
                     tokio::time::sleep(SETTLE_DELAY).await;

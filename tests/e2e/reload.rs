@@ -487,3 +487,50 @@ async fn a_log_written_next_to_the_watched_files_does_not_feed_itself() {
         log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
     );
 }
+
+/// `kubelet_auth_proxy_certificate_expiration_timestamp_seconds` of the serving chain's leaf.
+async fn serving_expiry(h: &Harness) -> f64 {
+    h.metric(
+        "kubelet_auth_proxy_certificate_expiration_timestamp_seconds",
+        &[("role", "serving"), ("index", "0")],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn certificate_expiry_and_the_last_reload_follow_a_rotation() {
+    let h = ProxySpec::always_allow(&[]).start().await;
+    // The harness's certificates are valid until 2999-01-01.
+    eventually("the serving certificate's expiry is exported", || async {
+        (serving_expiry(&h).await == 32_472_144_000.0).then_some(())
+    })
+    .await;
+    let client_ca = h
+        .metric(
+            "kubelet_auth_proxy_certificate_expiration_timestamp_seconds",
+            &[("role", "client_ca")],
+        )
+        .await;
+    assert!(client_ca > 0.0, "the client CA bundle's certificates too");
+    let reloaded = "kubelet_auth_proxy_config_last_reload_success_timestamp_seconds";
+    let file = h.serving_cert_file().display().to_string();
+    let labels = [("target", "serving_certificate"), ("file", file.as_str())];
+    let started = h.metric(reloaded, &labels).await;
+    assert!(started > 0.0, "set at start for every watched file");
+
+    // Rotated to a certificate that expired on 2001-01-01: what an expiry alert must catch.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let expired =
+        h.ca.issue(&CertSpec::server().validity(crate::support::pki::Validity::Expired));
+    std::fs::write(h.serving_key_file(), expired.key_pem()).unwrap();
+    std::fs::write(h.serving_cert_file(), expired.chain_pem()).unwrap();
+    eventually("the rotated certificate's expiry is exported", || async {
+        (serving_expiry(&h).await == 978_307_200.0).then_some(())
+    })
+    .await;
+    let rotated = h.metric(reloaded, &labels).await;
+    assert!(
+        rotated > started,
+        "the last reload moved: {started} -> {rotated}"
+    );
+}
