@@ -302,6 +302,7 @@ pub struct Metrics {
     /// in the family once: a lookup hashes the labels and takes the family's lock, per request.
     latency_by_outcome: [std::sync::OnceLock<Histogram>; Outcome::COUNT],
     connections: Gauge,
+    connections_limit: Gauge,
     streams: Gauge,
     upstream_requests: Gauge,
     handshake_failures: Counter,
@@ -361,6 +362,12 @@ impl Metrics {
             "connections_open",
             "Client connections currently open, upgraded exec, attach and portForward sessions included",
             connections.clone(),
+        );
+        let connections_limit = Gauge::default();
+        registry.register(
+            "connections_limit",
+            "Most client connections served at once (--max-connections, lowered when the file-descriptor limit asks): connections_open / connections_limit is how near the cap the proxy is",
+            connections_limit.clone(),
         );
         let streams = Gauge::default();
         registry.register(
@@ -515,6 +522,7 @@ impl Metrics {
             latency,
             latency_by_outcome: Default::default(),
             connections,
+            connections_limit,
             streams,
             upstream_requests,
             handshake_failures,
@@ -677,6 +685,11 @@ impl Metrics {
     /// by its [`crate::server::deadlines::ConnectionSlot`].
     pub fn connections(&self) -> &Gauge {
         &self.connections
+    }
+
+    /// Sets the cap on client connections in force, for alerts on how near it the proxy is.
+    pub fn set_connections_limit(&self, limit: u32) {
+        self.connections_limit.set(i64::from(limit));
     }
 
     /// The open upgraded-streams gauge.

@@ -257,6 +257,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     let (reload_targets, certificates) = config.reloads.into_parts();
     let watcher = crate::startup::reload::FileWatcher::new(reload_targets, certificates);
     tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown.draining().clone()));
+    metrics.set_connections_limit(limits.max_connections);
     let pipeline = Arc::new(Pipeline::new(
         config.authenticator,
         config.decider,

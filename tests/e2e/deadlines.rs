@@ -172,6 +172,11 @@ async fn upgraded_sessions_hold_a_connection_slot_and_show_in_the_gauges() {
     let second = ExecSession::open(&exec_client, EXEC_PROTOCOL).await;
     assert_eq!(h.metric(CONNECTIONS, &[]).await, 2.0);
     assert_eq!(h.metric(STREAMS, &[]).await, 2.0);
+    assert_eq!(
+        h.metric("kubelet_auth_proxy_connections_limit", &[]).await,
+        2.0,
+        "the cap in force, for an alert on how near it the proxy is"
+    );
 
     // Both slots are held by the sessions: a third client waits in the listen queue...
     let waiting = tokio::spawn({
