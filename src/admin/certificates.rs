@@ -15,7 +15,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 use tracing::debug;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -26,7 +25,7 @@ type Timestamp = Gauge<f64, std::sync::atomic::AtomicU64>;
 pub type ReadCertificates = fn(&Path) -> Result<Vec<CertificateDer<'static>>, String>;
 
 /// Where certificates the proxy uses are read from, and what for.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct CertificateSource {
     /// What the certificates are for: `serving`, `client_ca`, `upstream_ca`, `upstream_client`,
     /// `apiserver_ca` or `apiserver_client`.
@@ -48,12 +47,9 @@ impl CertificateSource {
     }
 }
 
-/// Every certificate of a PEM file.
+/// Every certificate of a PEM file (one without any keeps the figures last read).
 fn read_pem(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    CertificateDer::pem_slice_iter(&bytes)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())
+    crate::tls::read_certs(path).map_err(|e| e.to_string())
 }
 
 /// Labels of a certificate's expiry.

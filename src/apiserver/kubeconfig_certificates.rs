@@ -7,7 +7,6 @@ use std::path::Path;
 use base64::Engine;
 use kube::config::{AuthInfo, Cluster, Kubeconfig};
 use rustls::pki_types::CertificateDer;
-use rustls::pki_types::pem::PemObject;
 
 /// The current context's cluster and user, when the kubeconfig names them.
 pub(super) fn current(file: &Kubeconfig) -> (Option<&Cluster>, Option<&AuthInfo>) {
@@ -69,9 +68,7 @@ fn certificates(
         (None, Some(file)) => std::fs::read(file).map_err(|e| format!("{file}: {e}"))?,
         (None, None) => return Ok(Vec::new()),
     };
-    CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())
+    crate::tls::parse_certs(&pem).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -105,7 +102,7 @@ mod tests {
             ),
         )
         .unwrap();
-        let der = |pem: &str| CertificateDer::from_pem_slice(pem.as_bytes()).unwrap();
+        let der = |pem: &str| crate::tls::parse_certs(pem.as_bytes()).unwrap().remove(0);
         assert_eq!(client(&kubeconfig).unwrap(), [der(&client_pem)]);
         assert_eq!(
             ca(&kubeconfig).unwrap(),

@@ -195,9 +195,12 @@ impl ApiServerSettings {
     /// Has the file watcher keep this client's credentials up to date (the kubeconfig and the
     /// files it names; kube itself re-reads them in-cluster) and read its certificates' expiry.
     pub fn register_reloads(&self, reloads: &mut ReloadRegistry) {
-        match (&self.credentials, &self.kubeconfig) {
-            (Credentials::Kubeconfig(reloadable), Some(path)) => {
+        match &self.credentials {
+            Credentials::Kubeconfig(reloadable) => {
                 reloads.add(Arc::clone(reloadable) as Arc<dyn ReloadTarget>);
+                let Some(path) = &self.kubeconfig else {
+                    return;
+                };
                 for (role, read) in [
                     (
                         "apiserver_client",
@@ -212,7 +215,7 @@ impl ApiServerSettings {
                     });
                 }
             }
-            _ => reloads.certificates(CertificateSource::pem(
+            Credentials::InCluster(_) => reloads.certificates(CertificateSource::pem(
                 "apiserver_ca",
                 PathBuf::from(IN_CLUSTER_CA),
             )),

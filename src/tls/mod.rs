@@ -37,8 +37,12 @@ pub enum PemError {
 /// Reads every certificate of a PEM file. An unreadable file, a PEM error or a file without any
 /// certificate is an error (the caller names the flag and file).
 pub fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, PemError> {
-    let bytes = std::fs::read(path).map_err(PemError::Read)?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
+    parse_certs(&std::fs::read(path).map_err(PemError::Read)?)
+}
+
+/// Every certificate of PEM text; as [`read_certs`], none at all is an error.
+pub fn parse_certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, PemError> {
+    let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(PemError::Pem)?;
     if certs.is_empty() {

@@ -85,28 +85,42 @@ async fn a_line_alone_leaves_without_waiting_for_the_next() {
     assert!(body.frame().await.is_none());
 }
 
-#[tokio::test]
-async fn a_writer_task_producing_one_chunk_per_turn_is_gathered() {
-    // As hyper's connection task: one chunk each time it runs, while chunks are readable.
-    let (sender, mut body) = fed(1);
+/// A body fed as hyper's connection task feeds one: a chunk each time the writer runs, while
+/// chunks are readable (100 lines); the writer's task ends once all are taken.
+fn hundred_lines_one_per_turn() -> (tokio::task::JoinHandle<()>, Coalesced<Fed>) {
+    let (sender, body) = fed(1);
     let writer = tokio::spawn(async move {
         for i in 0..100 {
             sender.send(Ok(Frame::data(line(i)))).await.unwrap();
         }
     });
-    let got = frames(&mut body).await;
-    writer.await.unwrap();
-    let joined: Vec<u8> = got
-        .iter()
-        .flat_map(|f| f.as_ref().unwrap().data_ref().unwrap().to_vec())
-        .collect();
-    let expected: Vec<u8> = (0..100).flat_map(|i| line(i).to_vec()).collect();
-    assert_eq!(joined, expected, "every byte, in order");
-    assert!(
-        got.len() < 10,
-        "100 chunks produced one per turn came out in {} frames",
-        got.len()
+    (writer, body)
+}
+
+/// Asserts that `data` is the 100 lines, every byte in order, in a few frames.
+fn assert_gathered(data: &[Bytes]) {
+    assert_eq!(
+        data.concat(),
+        (0..100).flat_map(|i| line(i).to_vec()).collect::<Vec<u8>>(),
+        "every byte, in order"
     );
+    assert!(
+        data.len() < 10,
+        "100 chunks produced one per turn came out in {} frames",
+        data.len()
+    );
+}
+
+#[tokio::test]
+async fn a_writer_task_producing_one_chunk_per_turn_is_gathered() {
+    let (writer, mut body) = hundred_lines_one_per_turn();
+    let got: Vec<Bytes> = frames(&mut body)
+        .await
+        .into_iter()
+        .map(|f| f.unwrap().into_data().unwrap())
+        .collect();
+    writer.await.unwrap();
+    assert_gathered(&got);
 }
 
 /// Reads `body` as hyper's server does: within one run of its task it polls the body again
@@ -133,24 +147,10 @@ async fn data_polled_twice_per_run(body: &mut Coalesced<Fed>) -> Vec<Bytes> {
 
 #[tokio::test]
 async fn a_reader_polling_again_in_the_same_run_still_waits_for_the_turn() {
-    let (sender, mut body) = fed(1);
-    let writer = tokio::spawn(async move {
-        for i in 0..100 {
-            sender.send(Ok(Frame::data(line(i)))).await.unwrap();
-        }
-    });
+    let (writer, mut body) = hundred_lines_one_per_turn();
     let got = data_polled_twice_per_run(&mut body).await;
     writer.await.unwrap();
-    assert_eq!(
-        got.concat(),
-        (0..100).flat_map(|i| line(i).to_vec()).collect::<Vec<u8>>(),
-        "every byte, in order"
-    );
-    assert!(
-        got.len() < 10,
-        "100 chunks produced one per turn came out in {} frames",
-        got.len()
-    );
+    assert_gathered(&got);
 }
 
 #[tokio::test]
