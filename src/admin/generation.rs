@@ -23,10 +23,16 @@ struct BuildLabels {
     commit: &'static str,
 }
 
+/// Every cause of a failed handover: [`crate::server::handover::HandoverError::cause`], the
+/// handover socket's (`protocol`, and `stranger` for an asker of another user). Their series
+/// exist at 0 from the start, so an alert's `increase()` sees the first failure.
+const HANDOVER_FAILURE_CAUSES: [&str; 6] =
+    ["spawn", "exited", "timeout", "protocol", "stranger", "io"];
+
 /// Labels of a failed handover.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HandoverFailureLabels {
-    /// `spawn`, `exited`, `timeout` or `io` ([`crate::server::handover::HandoverError::cause`]).
+    /// One of [`HANDOVER_FAILURE_CAUSES`].
     pub cause: &'static str,
 }
 
@@ -71,6 +77,9 @@ impl Generation {
             "Upgrades in place (SIGUSR2) that failed, by cause; this process went on serving",
             handover_failures.clone(),
         );
+        for cause in HANDOVER_FAILURE_CAUSES {
+            drop(handover_failures.get_or_create(&HandoverFailureLabels { cause }));
+        }
         Generation {
             handovers,
             handover_failures,

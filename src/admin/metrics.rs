@@ -511,6 +511,25 @@ impl Metrics {
             "Requests authorized, by the mode that decided (RBAC, Webhook, Policy, Node, AlwaysAllow; none when no authorizer allowed) and the decision (allowed, forbidden, error)",
             decisions.clone(),
         );
+        // The counters an alert computes `increase()` or `rate()` over, and the gauges beside
+        // them, exist at 0 from the start for every value of their small label sets: a series
+        // that first appears at 1 hides its first event from `increase()`, and a dashboard
+        // shows a flat zero instead of no data.
+        for cause in crate::forward::cause::Cause::ALL {
+            drop(upstream_errors.get_or_create(&UpstreamErrorLabels {
+                cause: cause.as_str(),
+            }));
+        }
+        for kind in [ReviewKind::TokenReview, ReviewKind::SubjectAccessReview] {
+            for cause in crate::apiserver::failure::FAILURE_CAUSES {
+                drop(review_failures.get_or_create(&ReviewFailureLabels { kind, cause }));
+            }
+            let labels = ReviewKindLabels { kind };
+            drop(reviews_in_flight.get_or_create(&labels));
+            drop(reviews_waiting.get_or_create(&labels));
+            drop(reviews_refused.get_or_create(&labels));
+            drop(reviews_deferred.get_or_create(&labels));
+        }
         Metrics {
             registry,
             generation,
@@ -630,6 +649,14 @@ impl Metrics {
             .clone()
     }
 
+    /// Creates the reload counters of `target` at 0 (applied and failed), once the target is
+    /// watched, so an alert's `increase()` sees its first failed reload.
+    pub fn watch_reloads(&self, target: &'static str) {
+        for result in [ReloadResult::Applied, ReloadResult::Failed] {
+            drop(self.reloads.get_or_create(&ReloadLabels { target, result }));
+        }
+    }
+
     /// Records a reload after a file change.
     pub fn observe_reload(&self, target: &'static str, result: ReloadResult) {
         self.reloads
@@ -661,8 +688,17 @@ impl Metrics {
         self.audit_dropped.clone()
     }
 
-    /// The counters of audit events kept out of the log by the flood budget.
+    /// The counters of audit events kept out of the log by the flood budget, each created at 0
+    /// (the budget is in force).
     pub fn audit_suppressed(&self) -> Family<SuppressedLabels, Counter> {
+        for reason in ["budget", "overall_budget"] {
+            for authenticated in [false, true] {
+                drop(self.audit_suppressed.get_or_create(&SuppressedLabels {
+                    reason,
+                    authenticated,
+                }));
+            }
+        }
         self.audit_suppressed.clone()
     }
 
@@ -822,6 +858,44 @@ mod tests {
             let line = format!(
                 "kubelet_auth_proxy_request_duration_seconds_count{{decision=\"{decision}\"}} {count}"
             );
+            assert!(text.contains(&line), "{line} missing from:\n{text}");
+        }
+    }
+
+    /// The counters alerts take `increase()` of are exported at 0 before their first event, for
+    /// every value of their label sets, so that the first event shows as an increase.
+    #[test]
+    fn alerted_counters_exist_at_zero_from_the_start() {
+        let metrics = Metrics::new();
+        metrics.watch_reloads("client_ca");
+        drop(metrics.audit_suppressed());
+        let text = metrics.encode();
+        let mut wanted = vec![
+            "kubelet_auth_proxy_config_reloads_total{target=\"client_ca\",result=\"failed\"} 0"
+                .to_owned(),
+            "kubelet_auth_proxy_audit_events_suppressed_total{reason=\"overall_budget\",authenticated=\"false\"} 0"
+                .to_owned(),
+            "kubelet_auth_proxy_handover_failures_total{cause=\"stranger\"} 0".to_owned(),
+        ];
+        for cause in crate::forward::cause::Cause::ALL {
+            wanted.push(format!(
+                "kubelet_auth_proxy_upstream_errors_total{{cause=\"{}\"}} 0",
+                cause.as_str()
+            ));
+        }
+        for kind in ["TokenReview", "SubjectAccessReview"] {
+            for cause in crate::apiserver::failure::FAILURE_CAUSES {
+                wanted.push(format!(
+                    "kubelet_auth_proxy_apiserver_review_failures_total{{kind=\"{kind}\",cause=\"{cause}\"}} 0"
+                ));
+            }
+            for family in ["reviews_refused_total", "reviews_held_off_total"] {
+                wanted.push(format!(
+                    "kubelet_auth_proxy_apiserver_{family}{{kind=\"{kind}\"}} 0"
+                ));
+            }
+        }
+        for line in wanted {
             assert!(text.contains(&line), "{line} missing from:\n{text}");
         }
     }

@@ -7,6 +7,21 @@ use super::ApiCallError;
 use crate::admin::metrics::ReviewKind;
 use crate::admin::reports::Reports;
 
+/// The causes [`cause`] gives a review that was made and failed, the values of the failures
+/// counter's `cause` label, whose series exist at 0 from the start (an alert's `increase()` then
+/// sees the first failure). `busy` is not among them: a review refused a place is never made,
+/// and counts in the refused reviews instead.
+pub const FAILURE_CAUSES: [&str; 8] = [
+    "unreachable",
+    "timeout",
+    "unauthorized",
+    "forbidden",
+    "throttled",
+    "server_error",
+    "status",
+    "invalid_answer",
+];
+
 /// The cause of a failed review, as a metrics label value: `unreachable`, `timeout`,
 /// `unauthorized` (401), `forbidden` (403), `throttled` (429), `server_error` (5xx), `status`
 /// (any other status), `invalid_answer` or `busy`.

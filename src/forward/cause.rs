@@ -36,6 +36,21 @@ pub enum Cause {
 }
 
 impl Cause {
+    /// Every cause, so that each one's counter exists at 0 from the start: Prometheus's
+    /// `increase()` misses the first failure of a series that appears already at 1.
+    pub const ALL: [Cause; 10] = [
+        Cause::Refused,
+        Cause::Timeout,
+        Cause::UnknownCa,
+        Cause::NameMismatch,
+        Cause::Expired,
+        Cause::CaAsEndEntity,
+        Cause::ClientCertRejected,
+        Cause::Tls,
+        Cause::Protocol,
+        Cause::Other,
+    ];
+
     /// The metrics label value.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -372,6 +372,7 @@ impl FileWatcher {
         }
         // Every target was loaded into force at start, just before this.
         for target in &self.targets {
+            metrics.watch_reloads(target.target());
             metrics
                 .certificates()
                 .reloaded(target.target(), target.paths());

@@ -30,6 +30,7 @@ mod live_rbac;
 mod manifests;
 mod match_conditions;
 mod memory_bounds;
+mod monitoring;
 mod neighbours;
 mod operator_cli;
 mod path_safety;
