@@ -50,7 +50,7 @@ cd "$here"
 queries=$(mktemp)
 trap 'rm -f "$queries"; rm -rf "${download:-}"' EXIT
 jq -r '
-  [.. | objects | select(has("expr")) | .expr | gsub("\\$__rate_interval"; "5m")]
+  [recurse | objects | select(has("expr")) | .expr | gsub("\\$__rate_interval"; "5m")]
   | to_entries
   | "groups:\n  - name: dashboard\n    rules:\n"
     + (map("      - record: dashboard_query_\(.key)\n        expr: \(.value | tojson)") | join("\n"))
