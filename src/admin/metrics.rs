@@ -301,6 +301,7 @@ pub struct Metrics {
     /// The latency family's histogram of each outcome (indexed by [`Outcome::index`]), looked up
     /// in the family once: a lookup hashes the labels and takes the family's lock, per request.
     latency_by_outcome: [std::sync::OnceLock<Histogram>; Outcome::COUNT],
+    decision_latency: Histogram,
     connections: Gauge,
     connections_limit: Gauge,
     streams: Gauge,
@@ -356,6 +357,12 @@ impl Metrics {
             "request_duration_seconds",
             "Time from request headers to response headers, by decision",
             latency.clone(),
+        );
+        let decision_latency = latency_histogram();
+        registry.register(
+            "request_decision_duration_seconds",
+            "Time from request headers until a request allowed was authenticated and authorized and handed to the kubelet connection: the latency the proxy adds before the kubelet sees it, reviews the caches could not answer included",
+            decision_latency.clone(),
         );
         let connections = Gauge::default();
         registry.register(
@@ -540,6 +547,7 @@ impl Metrics {
             requests,
             latency,
             latency_by_outcome: Default::default(),
+            decision_latency,
             connections,
             connections_limit,
             streams,
@@ -603,6 +611,12 @@ impl Metrics {
                     .clone()
             })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records how long an allowed request took to be decided, from its headers to its hand-over
+    /// to the forwarder: what the proxy adds to the kubelet's own time.
+    pub fn observe_decision(&self, elapsed: Duration) {
+        self.decision_latency.observe(elapsed.as_secs_f64());
     }
 
     /// Records one HTTP attempt to the API server.

@@ -179,7 +179,7 @@ impl Pipeline {
             None => None,
         };
         let mut handled = self
-            .decide_and_forward(forwarder, identity, peer, req)
+            .decide_and_forward(forwarder, identity, peer, req, started)
             .await;
         let response = &mut handled.response;
         if head && let Either::Right(body) = response.body() {
@@ -281,6 +281,7 @@ impl Pipeline {
         identity: &ConnectionIdentity,
         peer: SocketAddr,
         req: Request<Incoming>,
+        started: Instant,
     ) -> Handled {
         let verdict = self
             .decider
@@ -332,7 +333,10 @@ impl Pipeline {
         };
         let (response, outcome) = match (refusal, verdict.user()) {
             (Some(refusal), _) => refusal.answer(req.method()),
-            (None, Some(user)) => self.forward(forwarder, peer, req, user).await,
+            (None, Some(user)) => {
+                self.metrics.observe_decision(started.elapsed());
+                self.forward(forwarder, peer, req, user).await
+            }
             // An allowed verdict always has a user; refuse should that ever not hold.
             (None, None) => Refusal::Unauthenticated.answer(req.method()),
         };

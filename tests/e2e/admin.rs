@@ -84,5 +84,14 @@ async fn health_readiness_and_request_metrics() {
         "{text}"
     );
     assert!(total(&text, &format!("{latency}_sum"), &[]) > 0.0, "{text}");
+    // What the proxy adds is timed for the allowed requests alone, and is part of their time.
+    let added = "kubelet_auth_proxy_request_decision_duration_seconds";
+    assert_eq!(total(&text, &format!("{added}_count"), &[]), 3.0, "{text}");
+    let added_sum = total(&text, &format!("{added}_sum"), &[]);
+    let allowed_sum = total(&text, &format!("{latency}_sum"), &[("decision", "allowed")]);
+    assert!(
+        added_sum > 0.0 && added_sum <= allowed_sum,
+        "added {added_sum} of {allowed_sum}: {text}"
+    );
     h.shutdown().await;
 }
