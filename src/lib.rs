@@ -27,7 +27,9 @@
 //!   - [`request::canonical_path`]: the path gate before anything else: redirect or refuse
 //!     unclean paths, so the path we authorize is the path the kubelet routes;
 //!   - [`authn`]: who is calling (x509 client certificates, bearer tokens checked with
-//!     TokenReview, anonymous), with the kubelet's chain semantics; yields an `Arc<User>`;
+//!     TokenReview, anonymous), with the kubelet's chain semantics; yields an `Arc<User>`.
+//!     Service-account JWTs are checked on the node first ([`authn::jwt`] against the keys
+//!     [`authn::service_account_keys`] keeps current), so a forged one never becomes a review;
 //!   - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!     authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
 //!     [`authz::rbac`] matching, [`authz::live_rbac`]: the cluster's roles and bindings listed

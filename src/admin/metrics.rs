@@ -275,6 +275,20 @@ pub struct AuthorizationDecisionLabels {
     pub decision: &'static str,
 }
 
+/// Labels of tokens refused on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct LocalRejectionLabels {
+    /// [`crate::authn::jwt::Rejection::as_str`].
+    pub reason: &'static str,
+}
+
+/// Labels of fetches of the service-account issuer's keys.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct FetchResultLabels {
+    /// `success` or `failed`.
+    pub result: &'static str,
+}
+
 /// Labels of reloads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct ReloadLabels {
@@ -322,6 +336,9 @@ pub struct Metrics {
     hold_off_until: Gauge,
     refreshes_ahead: Family<RefreshLabels, Counter>,
     audit_dropped: Counter,
+    tokens_refused_locally: Family<LocalRejectionLabels, Counter>,
+    sa_key_fetches: Family<FetchResultLabels, Counter>,
+    sa_keys: Gauge,
     audit_suppressed: Family<SuppressedLabels, Counter>,
     audit_omitted: Family<AuditOmittedLabels, Counter>,
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
@@ -479,6 +496,24 @@ impl Metrics {
             "Cache entries revalidated in the background because they were used in the last tenth of their lifetime, by result",
             refreshes_ahead.clone(),
         );
+        let tokens_refused_locally = Family::<LocalRejectionLabels, Counter>::default();
+        registry.register(
+            "tokens_refused_locally",
+            "Bearer tokens of the cluster's service-account issuer refused on the node, without a TokenReview, by reason: malformed, unknown_key, signature, expired, not_yet_valid, audience",
+            tokens_refused_locally.clone(),
+        );
+        let sa_key_fetches = Family::<FetchResultLabels, Counter>::default();
+        registry.register(
+            "service_account_key_fetches",
+            "Fetches of the service-account issuer's public keys from the API server, by result (success, failed)",
+            sa_key_fetches.clone(),
+        );
+        let sa_keys = Gauge::default();
+        registry.register(
+            "service_account_keys",
+            "Public keys of the service-account issuer held for checking tokens on the node (0: none, every token goes to TokenReview)",
+            sa_keys.clone(),
+        );
         let audit_dropped = Counter::default();
         registry.register(
             "audit_events_dropped",
@@ -568,6 +603,9 @@ impl Metrics {
             hold_off_until,
             refreshes_ahead,
             audit_dropped,
+            tokens_refused_locally,
+            sa_key_fetches,
+            sa_keys,
             audit_suppressed,
             audit_omitted,
             match_condition_exclusions,
@@ -695,6 +733,45 @@ impl Metrics {
                 name: name.to_owned(),
             })
             .clone()
+    }
+
+    /// Creates the counters of tokens refused on the node and of key fetches at 0: service-account
+    /// tokens are checked on the node.
+    pub fn service_account_keys_watched(&self) {
+        for rejection in crate::authn::jwt::Rejection::ALL {
+            drop(
+                self.tokens_refused_locally
+                    .get_or_create(&LocalRejectionLabels {
+                        reason: rejection.as_str(),
+                    }),
+            );
+        }
+        for result in ["success", "failed"] {
+            drop(
+                self.sa_key_fetches
+                    .get_or_create(&FetchResultLabels { result }),
+            );
+        }
+    }
+
+    /// Counts a token refused on the node.
+    pub fn token_refused_locally(&self, rejection: crate::authn::jwt::Rejection) {
+        self.tokens_refused_locally
+            .get_or_create(&LocalRejectionLabels {
+                reason: rejection.as_str(),
+            })
+            .inc();
+    }
+
+    /// Counts a fetch of the issuer's keys; a success sets how many are held.
+    pub fn service_account_keys_fetched(&self, success: bool, keys: usize) {
+        let result = if success { "success" } else { "failed" };
+        self.sa_key_fetches
+            .get_or_create(&FetchResultLabels { result })
+            .inc();
+        if success {
+            self.sa_keys.set(i64::try_from(keys).unwrap_or(i64::MAX));
+        }
     }
 
     /// The counter of dropped audit events, handed to the audit log.

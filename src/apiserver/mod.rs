@@ -566,15 +566,46 @@ impl ApiServerClient {
 
     /// One POST, bounded by the timeout and the size cap: the status code and body of a success.
     async fn attempt(&self, path: &'static str, body: Bytes) -> Result<(u16, Bytes), AttemptError> {
-        let request = Request::post(path)
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        self.exchange(
+            Request::post(path)
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .header(ACCEPT, HeaderValue::from_static("application/json"))
+                .body(kube::client::Body::from(body)),
+        )
+        .await
+    }
+
+    /// GETs `path` once, bounded like a review attempt (the timeout and the size cap), outside
+    /// the review gates and metrics; refused at once while the API server's `Retry-After` hold
+    /// is in force. For documents the proxy reads now and then (the service-account issuer's
+    /// keys).
+    pub async fn get(&self, path: &'static str) -> Result<Bytes, ApiCallError> {
+        if let Some(until) = self.hold.until() {
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if !left.is_zero() {
+                return Err(ApiCallError::HeldOff(left));
+            }
+        }
+        let request = Request::get(path)
             .header(ACCEPT, HeaderValue::from_static("application/json"))
-            .body(kube::client::Body::from(body))
-            .map_err(|e| AttemptError {
-                error: ApiCallError::InvalidResponse(format!("building request: {e}")),
-                retry: false,
-                hold: None,
-            })?;
+            .body(kube::client::Body::empty());
+        self.exchange(request)
+            .await
+            .map(|(_, body)| body)
+            .map_err(|e| e.error)
+    }
+
+    /// Sends one request, bounded by the timeout and the size cap: the status code and body of
+    /// a success.
+    async fn exchange(
+        &self,
+        request: Result<Request<kube::client::Body>, http::Error>,
+    ) -> Result<(u16, Bytes), AttemptError> {
+        let request = request.map_err(|e| AttemptError {
+            error: ApiCallError::InvalidResponse(format!("building request: {e}")),
+            retry: false,
+            hold: None,
+        })?;
         let exchange = async {
             let client = self.credentials.client();
             let response = client.send(request).await.map_err(transport_error)?;

@@ -6,6 +6,8 @@
 //! then (later) bearer tokens; errors do not stop later authenticators, but any error prevents the
 //! anonymous fallback, so a bad credential is a 401 even when anonymous access is on.
 
+pub mod jwt;
+pub mod service_account_keys;
 mod subject_string;
 pub mod token;
 pub mod x509;

@@ -19,6 +19,8 @@ use http::{HeaderMap, Version};
 use k8s_openapi::api::authentication::v1::{TokenReviewSpec, TokenReviewStatus};
 
 use super::User;
+use super::jwt::Rejection;
+use super::service_account_keys::{LocalCheck, ServiceAccountKeys};
 use crate::admin::metrics::{Metrics, ReviewKind};
 use crate::apiserver::cache::{CacheKey, KeyHasher, ReviewCache, random_hmac_key};
 use crate::apiserver::{ApiCallError, ApiServerClient};
@@ -126,6 +128,8 @@ pub struct TokenReviewAuthenticator {
     audiences: Vec<String>,
     cache: ReviewCache<Reviewed>,
     key: ring::hmac::Key,
+    /// Service-account tokens checked on the node before their review.
+    local: Option<Arc<ServiceAccountKeys>>,
 }
 
 impl std::fmt::Debug for TokenReviewAuthenticator {
@@ -161,7 +165,15 @@ impl TokenReviewAuthenticator {
                 metrics,
             ),
             key: random_hmac_key().map_err(|_| NoRandomness)?,
+            local: None,
         })
+    }
+
+    /// Checks service-account tokens against `keys` on the node before reviewing them: a forged
+    /// one is refused without a TokenReview (and not cached).
+    pub fn with_local_checks(mut self, keys: Arc<ServiceAccountKeys>) -> TokenReviewAuthenticator {
+        self.local = Some(keys);
+        self
     }
 
     /// Checks `token`: from the cache, or with one TokenReview shared by every concurrent check of
@@ -188,7 +200,13 @@ impl TokenReviewAuthenticator {
             audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
         };
         let (client, audiences) = (self.client.clone(), self.audiences.clone());
+        let local = self.local.clone();
         async move {
+            if let Some(local) = local
+                && let LocalCheck::Refused(rejection) = local.check(&spec.token).await
+            {
+                return Err(ReviewError::Refused(rejection));
+            }
             let status = client.token_review(spec).await?;
             user_from_token_review(status, &audiences)
                 .map(|user| user.map(Arc::new))
@@ -245,6 +263,9 @@ enum ReviewError {
     /// The API server said the token is not valid and why (the text is the API server's).
     #[error("token rejected: {0}")]
     Rejected(String),
+    /// Refused on the node, never sent: a forged or stale service-account token.
+    #[error("{}", .0.reason())]
+    Refused(Rejection),
 }
 
 #[cfg(test)]

@@ -159,6 +159,24 @@ pub struct ProxyFlags {
     )]
     pub authentication_token_audiences: Vec<String>,
 
+    /// The cluster's service-account token issuer (as kube-apiserver's flag; repeat for several).
+    /// Tokens naming it are checked on the node against the issuer's published keys before any
+    /// TokenReview, so a forged one costs the API server nothing. Default: the issuer the API
+    /// server publishes (/.well-known/openid-configuration).
+    #[arg(long, value_name = "ISSUER", help_heading = "Authentication")]
+    pub service_account_issuer: Vec<String>,
+
+    /// Comma-separated audiences the API server accepts (as kube-apiserver's flag): a
+    /// service-account token for none of them is refused on the node. Default: not checked on
+    /// the node (TokenReview checks them); --authentication-token-audiences, when given, is used.
+    #[arg(
+        long,
+        value_name = "AUDIENCES",
+        value_delimiter = ',',
+        help_heading = "Authentication"
+    )]
+    pub api_audiences: Vec<String>,
+
     /// Comma-separated authorizers tried in order; the first Allow or Deny wins: AlwaysAllow,
     /// AlwaysDeny, Node, Policy, RBAC, Webhook. Default: Webhook.
     #[arg(

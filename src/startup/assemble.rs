@@ -14,6 +14,7 @@ use crate::audit::budget::{self, Budget};
 use crate::audit::policy::PolicyGate;
 use crate::audit::{AuditLog, AuditTarget};
 use crate::authn::Authenticator;
+use crate::authn::service_account_keys::ServiceAccountKeys;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::X509Authenticator;
 use crate::authz::live_rbac::RbacAuthorizer;
@@ -85,13 +86,28 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
     let tokens = match settings.token_review {
         Some(review) => {
             let client = clients.get(review.apiserver, &mut reloads);
+            let keys = Arc::new(ServiceAccountKeys::new(
+                client.clone(),
+                review.service_account_issuers,
+                review.local_audiences,
+                Arc::clone(&metrics),
+            ));
+            let stop = shutdown.draining().clone();
+            let refresh = Arc::clone(&keys).run();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = stop.cancelled() => {}
+                    () = refresh => {}
+                }
+            });
             let tokens = TokenReviewAuthenticator::new(
                 client,
                 review.audiences,
                 review.cache_ttl,
                 Arc::clone(&metrics),
             )
-            .map_err(|e| client_error("--authentication-token-webhook", e))?;
+            .map_err(|e| client_error("--authentication-token-webhook", e))?
+            .with_local_checks(keys);
             Some(Arc::new(tokens))
         }
         None => None,

@@ -21,6 +21,7 @@ mod deadlines;
 mod delegated;
 mod explain;
 mod fleet;
+mod forged_tokens;
 mod forwarding;
 mod fuzz_corpus;
 mod hostile;

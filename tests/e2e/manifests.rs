@@ -862,6 +862,23 @@ fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
                         && s.namespace.as_deref() == Some(namespace)))
     );
 
+    // And to the built-in role that reads the service-account issuer's public keys, so tokens
+    // are checked on the node (docs/DELEGATION.md, "Forged tokens").
+    assert!(
+        typed::<ClusterRoleBinding>(&rbac, "ClusterRoleBinding")
+            .iter()
+            .any(
+                |binding| binding.role_ref.name == "system:service-account-issuer-discovery"
+                    && binding
+                        .subjects
+                        .iter()
+                        .flatten()
+                        .any(|s| s.kind == "ServiceAccount"
+                            && s.name == account
+                            && s.namespace.as_deref() == Some(namespace))
+            )
+    );
+
     // With RBAC in its chain, rbac.yaml lets that account list and watch the four kinds, and
     // nothing else.
     assert!(flags.authorization_mode.contains(&AuthorizationMode::Rbac));
@@ -872,9 +889,9 @@ fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
                 s.kind == "ServiceAccount"
                     && s.name == account
                     && s.namespace.as_deref() == Some(namespace)
-            }) && binding.role_ref.name != "system:auth-delegator"
+            }) && binding.role_ref.name.starts_with("kubelet-auth-proxy:")
         })
-        .expect("a binding of the service account besides system:auth-delegator");
+        .expect("a binding of the service account to a role of the project's own");
     let role = typed::<ClusterRole>(&rbac, "ClusterRole")
         .into_iter()
         .find(|role| role.metadata.name.as_deref() == Some(reader.role_ref.name.as_str()))

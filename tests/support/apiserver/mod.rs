@@ -21,6 +21,7 @@ use super::pki::{Authority, CertSpec};
 use super::{TempDir, within};
 
 mod access;
+pub mod issuer;
 mod rbac;
 #[cfg(test)]
 mod rbac_tests;
@@ -183,6 +184,8 @@ struct State {
     caller_may_read_rbac: bool,
     /// RBAC objects, their watches and their faults.
     rbac: rbac::Store,
+    /// The service-account issuer: its keys and discovery documents.
+    issuer: issuer::Issuer,
 }
 
 impl State {
@@ -292,6 +295,7 @@ impl ApiServer {
                 ],
                 caller_may_read_rbac: true,
                 rbac: rbac::Store::default(),
+                issuer: issuer::Issuer::default(),
             }),
             caller_token: format!("stand-in-caller-{}", addr.port()),
         });
@@ -367,6 +371,28 @@ current-context: stand-in
                 ca = ca.display(),
             ),
         )
+    }
+
+    /// A service-account token with `claims`, signed by the issuer's current key, named by its
+    /// key id (or by `kid`, to name a key that was never published).
+    pub fn sign_token(&self, claims: &Value, kid: Option<&str>) -> String {
+        self.shared.lock().issuer.sign(claims, kid)
+    }
+
+    /// A new key signs from now on and is published; with `retire`, the old keys are withdrawn.
+    pub fn rotate_keys(&self, retire: bool) {
+        self.shared.lock().issuer.rotate(retire);
+    }
+
+    /// How many times the issuer's keys (`/openid/v1/jwks`) were fetched.
+    pub fn jwks_fetches(&self) -> usize {
+        self.shared.lock().issuer.jwks_fetches
+    }
+
+    /// Whether the issuer's discovery documents answer 403, as for a caller not bound to
+    /// `system:service-account-issuer-discovery`.
+    pub fn set_issuer_discovery_forbidden(&self, forbidden: bool) {
+        self.shared.lock().issuer.forbidden = forbidden;
     }
 
     /// Whether its callers may `list` and `watch` RBAC objects, in the answers to

@@ -27,6 +27,7 @@ use tokio_rustls::TlsAcceptor;
 use x509_parser::prelude::FromDer;
 
 use super::access::review_access;
+use super::issuer;
 use super::rbac::{self, Cut};
 use super::tokens::review_token;
 use super::{
@@ -116,6 +117,9 @@ async fn handle(
         let caller = caller_of(&req, shared, certificate);
         return rbac::serve(req.uri(), route, caller, shared).await;
     }
+    if matches!(req.uri().path(), issuer::DISCOVERY_PATH | issuer::JWKS_PATH) {
+        return serve_issuer(&req, shared);
+    }
     let kind = match req.uri().path() {
         SELF_ACCESS_REVIEWS_PATH => return self_review(req, shared, certificate).await,
         TOKEN_REVIEWS_PATH => Kind::TokenReview,
@@ -153,6 +157,34 @@ async fn handle(
         answered: std::time::Instant::now(),
     });
     response
+}
+
+/// The issuer's discovery document or keys, counted; 403 when the test forbids discovery.
+fn serve_issuer(req: &Request<Incoming>, shared: &Shared) -> Response<ResponseBody> {
+    if req.method() != Method::GET {
+        return method_not_allowed(req.method());
+    }
+    let mut state = shared.lock();
+    let jwks = req.uri().path() == issuer::JWKS_PATH;
+    if jwks {
+        state.issuer.jwks_fetches += 1;
+    } else {
+        state.issuer.discovery_fetches += 1;
+    }
+    if state.issuer.forbidden {
+        return status_response(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!("forbidden: cannot get path \"{}\"", req.uri().path()),
+            None,
+        );
+    }
+    let document = if jwks {
+        state.issuer.jwks()
+    } else {
+        state.issuer.discovery("https://127.0.0.1")
+    };
+    json_response(StatusCode::OK, &document)
 }
 
 /// How a call authenticated: its verified client certificate, else the caller token.

@@ -1,0 +1,563 @@
+//! Service-account JWTs checked on the node, so that a forged one costs the API server nothing.
+//!
+//! A bearer token that is a compact JWS naming one of the cluster's service-account issuers is
+//! checked against the issuer's published public keys (JWKS) and its claims (`exp`, `nbf`, `iat`
+//! with kube-apiserver's minute of leeway, and `aud`). What fails is refused without a
+//! TokenReview; what passes still goes to TokenReview, because only the API server knows whether
+//! the pod or secret the token is bound to still exists. Nothing here ever accepts a token.
+//!
+//! Signatures are verified with `ring` (already the TLS provider): RS256 and ES256/ES384, the
+//! algorithms kube-apiserver signs service-account tokens with. A token of another algorithm is
+//! left to TokenReview.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::Deserialize;
+
+/// kube-apiserver's leeway on `exp`, `nbf` and `iat` (go-jose's `DefaultLeeway`).
+pub const LEEWAY: Duration = Duration::from_secs(60);
+
+/// Most bytes of a token parsed as a JWT; kube-apiserver's service-account tokens are about 1 KB.
+const MAX_JWT_BYTES: usize = 16 * 1024;
+
+/// A signature algorithm this module verifies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// RSASSA-PKCS1-v1_5 with SHA-256.
+    Rs256,
+    /// ECDSA on P-256 with SHA-256.
+    Es256,
+    /// ECDSA on P-384 with SHA-384.
+    Es384,
+}
+
+impl Algorithm {
+    fn from_name(name: &str) -> Option<Algorithm> {
+        match name {
+            "RS256" => Some(Algorithm::Rs256),
+            "ES256" => Some(Algorithm::Es256),
+            "ES384" => Some(Algorithm::Es384),
+            _ => None,
+        }
+    }
+}
+
+/// A public key of the issuer's JWKS, ready to verify with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicKey {
+    /// The key id (`kid`) tokens name it by; empty when the JWKS gave none.
+    pub kid: String,
+    key: KeyMaterial,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum KeyMaterial {
+    Rsa {
+        n: Vec<u8>,
+        e: Vec<u8>,
+    },
+    /// The uncompressed point (`0x04 || x || y`) and the curve's algorithm.
+    Ec {
+        algorithm: Algorithm,
+        point: Vec<u8>,
+    },
+}
+
+impl PublicKey {
+    /// Whether a token signed with `algorithm` may have been signed with this key.
+    fn fits(&self, algorithm: Algorithm) -> bool {
+        match &self.key {
+            KeyMaterial::Rsa { .. } => algorithm == Algorithm::Rs256,
+            KeyMaterial::Ec { algorithm: a, .. } => *a == algorithm,
+        }
+    }
+
+    fn verify(&self, algorithm: Algorithm, message: &[u8], signature: &[u8]) -> bool {
+        use ring::signature;
+        match (&self.key, algorithm) {
+            (KeyMaterial::Rsa { n, e }, Algorithm::Rs256) => signature::RsaPublicKeyComponents {
+                n: n.as_slice(),
+                e: e.as_slice(),
+            }
+            .verify(&signature::RSA_PKCS1_2048_8192_SHA256, message, signature)
+            .is_ok(),
+            (KeyMaterial::Ec { point, .. }, Algorithm::Es256) => {
+                signature::UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_FIXED, point)
+                    .verify(message, signature)
+                    .is_ok()
+            }
+            (KeyMaterial::Ec { point, .. }, Algorithm::Es384) => {
+                signature::UnparsedPublicKey::new(&signature::ECDSA_P384_SHA384_FIXED, point)
+                    .verify(message, signature)
+                    .is_ok()
+            }
+            _ => false,
+        }
+    }
+}
+
+/// A JWKS document that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JwksError {
+    /// Not a JWKS.
+    #[error("not a JSON Web Key Set: {0}")]
+    Json(#[from] serde_json::Error),
+    /// No key this module can verify with.
+    #[error("the key set holds no RSA, P-256 or P-384 signing key")]
+    NoUsableKey,
+}
+
+#[derive(Deserialize)]
+struct JwksDocument {
+    keys: Vec<Jwk>,
+}
+
+#[derive(Deserialize)]
+struct Jwk {
+    kty: String,
+    #[serde(default)]
+    kid: String,
+    #[serde(default, rename = "use")]
+    use_: Option<String>,
+    #[serde(default)]
+    crv: Option<String>,
+    #[serde(default)]
+    n: Option<String>,
+    #[serde(default)]
+    e: Option<String>,
+    #[serde(default)]
+    x: Option<String>,
+    #[serde(default)]
+    y: Option<String>,
+}
+
+/// The signing keys of a JWKS (`/openid/v1/jwks`). Keys of other types or curves, keys for
+/// encryption, and keys that do not decode are skipped: a token naming one goes to TokenReview.
+pub fn parse_jwks(document: &[u8]) -> Result<Vec<PublicKey>, JwksError> {
+    let document: JwksDocument = serde_json::from_slice(document)?;
+    let decode = |field: &Option<String>| {
+        field
+            .as_deref()
+            .and_then(|value| URL_SAFE_NO_PAD.decode(value).ok())
+    };
+    let keys: Vec<PublicKey> = document
+        .keys
+        .into_iter()
+        .filter(|jwk| jwk.use_.as_deref().is_none_or(|u| u == "sig"))
+        .filter_map(|jwk| {
+            let key = match (jwk.kty.as_str(), jwk.crv.as_deref()) {
+                ("RSA", _) => KeyMaterial::Rsa {
+                    n: decode(&jwk.n)?,
+                    e: decode(&jwk.e)?,
+                },
+                ("EC", Some(curve @ ("P-256" | "P-384"))) => {
+                    let (algorithm, size) = if curve == "P-256" {
+                        (Algorithm::Es256, 32)
+                    } else {
+                        (Algorithm::Es384, 48)
+                    };
+                    let (x, y) = (decode(&jwk.x)?, decode(&jwk.y)?);
+                    if x.len() != size || y.len() != size {
+                        return None;
+                    }
+                    let mut point = Vec::with_capacity(1 + 2 * size);
+                    point.push(0x04);
+                    point.extend_from_slice(&x);
+                    point.extend_from_slice(&y);
+                    KeyMaterial::Ec { algorithm, point }
+                }
+                _ => return None,
+            };
+            Some(PublicKey { kid: jwk.kid, key })
+        })
+        .collect();
+    if keys.is_empty() {
+        return Err(JwksError::NoUsableKey);
+    }
+    Ok(keys)
+}
+
+/// Why a token of a known issuer was refused on the node: a metrics label and a log reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// Claims or encoding that cannot be a token the issuer signed.
+    Malformed,
+    /// No published key has the token's key id, though the keys were fetched after it was issued.
+    UnknownKey,
+    /// The signature does not verify with the key the token names.
+    Signature,
+    /// Past `exp` (with the leeway).
+    Expired,
+    /// Before `nbf`, or issued (`iat`) in the future (with the leeway).
+    NotYetValid,
+    /// None of the token's audiences is one the proxy accepts.
+    Audience,
+}
+
+impl Rejection {
+    /// Every rejection, so each one's counter exists at 0 from the start.
+    pub const ALL: [Rejection; 6] = [
+        Rejection::Malformed,
+        Rejection::UnknownKey,
+        Rejection::Signature,
+        Rejection::Expired,
+        Rejection::NotYetValid,
+        Rejection::Audience,
+    ];
+
+    /// The metrics label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Rejection::Malformed => "malformed",
+            Rejection::UnknownKey => "unknown_key",
+            Rejection::Signature => "signature",
+            Rejection::Expired => "expired",
+            Rejection::NotYetValid => "not_yet_valid",
+            Rejection::Audience => "audience",
+        }
+    }
+
+    /// What the log says (never the token).
+    pub fn reason(self) -> &'static str {
+        match self {
+            Rejection::Malformed => "service-account token malformed",
+            Rejection::UnknownKey => "service-account token signed with an unknown key",
+            Rejection::Signature => "service-account token signature invalid",
+            Rejection::Expired => "service-account token expired",
+            Rejection::NotYetValid => "service-account token not valid yet",
+            Rejection::Audience => "service-account token for another audience",
+        }
+    }
+}
+
+/// A token parsed as a JWS of a known issuer, its signature not yet checked.
+#[derive(Debug)]
+pub struct Parsed<'a> {
+    algorithm: Algorithm,
+    kid: String,
+    signing_input: &'a [u8],
+    signature: Vec<u8>,
+    claims: Claims,
+}
+
+impl Parsed<'_> {
+    /// When the token was issued (`iat`), if it says.
+    pub fn issued_at(&self) -> Option<SystemTime> {
+        self.claims.iat.map(unix)
+    }
+
+    /// The key id the token names (empty when none).
+    pub fn kid(&self) -> &str {
+        &self.kid
+    }
+}
+
+/// What a token is, before any key is looked at.
+#[derive(Debug)]
+pub enum Shape<'a> {
+    /// Not a JWS of a known issuer signed with an algorithm checked here: TokenReview decides.
+    Other,
+    /// A JWS of a known issuer whose claims already refuse it.
+    Refused(Rejection),
+    /// A JWS of a known issuer to check against its keys.
+    ServiceAccount(Parsed<'a>),
+}
+
+#[derive(Deserialize)]
+struct Header {
+    alg: String,
+    #[serde(default)]
+    kid: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Claims {
+    #[serde(default)]
+    iss: Option<String>,
+    #[serde(default)]
+    aud: Option<Audiences>,
+    #[serde(default)]
+    exp: Option<f64>,
+    #[serde(default)]
+    nbf: Option<f64>,
+    #[serde(default)]
+    iat: Option<f64>,
+}
+
+/// `aud`: one string or a list of them.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Audiences {
+    One(String),
+    Many(Vec<String>),
+}
+
+fn unix(seconds: f64) -> SystemTime {
+    if seconds <= 0.0 || !seconds.is_finite() {
+        return UNIX_EPOCH;
+    }
+    UNIX_EPOCH + Duration::from_secs_f64(seconds.min(1e12))
+}
+
+/// Reads `token` as a JWS: `Other` unless it names one of `issuers` with an algorithm verified
+/// here; then its time and audience claims against `now` and `audiences` (a token for none of
+/// them is refused; an empty `audiences` accepts any).
+pub fn classify<'a>(
+    token: &'a str,
+    issuers: &[String],
+    audiences: &[String],
+    now: SystemTime,
+) -> Shape<'a> {
+    if token.len() > MAX_JWT_BYTES {
+        return Shape::Other;
+    }
+    let mut parts = token.split('.');
+    let (Some(header), Some(payload), Some(signature), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Shape::Other;
+    };
+    let Some(header) = URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Header>(&bytes).ok())
+    else {
+        return Shape::Other;
+    };
+    let Some(claims) = URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Claims>(&bytes).ok())
+    else {
+        return Shape::Other;
+    };
+    if !claims
+        .iss
+        .as_ref()
+        .is_some_and(|iss| issuers.iter().any(|known| known == iss))
+    {
+        return Shape::Other;
+    }
+    let Some(algorithm) = Algorithm::from_name(&header.alg) else {
+        return Shape::Other;
+    };
+    let Ok(signature) = URL_SAFE_NO_PAD.decode(signature) else {
+        return Shape::Refused(Rejection::Malformed);
+    };
+    if claims.exp.is_some_and(|exp| unix(exp) + LEEWAY < now) {
+        return Shape::Refused(Rejection::Expired);
+    }
+    let future = |at: Option<f64>| at.is_some_and(|at| now + LEEWAY < unix(at));
+    if future(claims.nbf) || future(claims.iat) {
+        return Shape::Refused(Rejection::NotYetValid);
+    }
+    if !audiences.is_empty() {
+        let fits = match &claims.aud {
+            Some(Audiences::One(one)) => audiences.contains(one),
+            Some(Audiences::Many(many)) => many.iter().any(|a| audiences.contains(a)),
+            None => false,
+        };
+        if !fits {
+            return Shape::Refused(Rejection::Audience);
+        }
+    }
+    // The signing input is the header and the payload as sent, up to the last dot.
+    let signing_input_len = token.rfind('.').unwrap_or(0);
+    Shape::ServiceAccount(Parsed {
+        algorithm,
+        kid: header.kid,
+        signing_input: &token.as_bytes()[..signing_input_len],
+        signature,
+        claims,
+    })
+}
+
+/// The outcome of checking a parsed token against a key set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyCheck {
+    /// The signature verifies with the key the token names.
+    Verified,
+    /// Refused.
+    Refused(Rejection),
+    /// No key has the token's id: the key set may be older than the token.
+    UnknownKey,
+}
+
+/// Verifies `parsed` with the key of its `kid` among `keys` (every key that fits its algorithm
+/// when it names none).
+pub fn check_signature(parsed: &Parsed<'_>, keys: &[PublicKey]) -> KeyCheck {
+    let mut candidates = keys
+        .iter()
+        .filter(|key| key.fits(parsed.algorithm))
+        .filter(|key| parsed.kid.is_empty() || key.kid == parsed.kid)
+        .peekable();
+    if candidates.peek().is_none() {
+        return KeyCheck::UnknownKey;
+    }
+    if candidates.any(|key| key.verify(parsed.algorithm, parsed.signing_input, &parsed.signature)) {
+        KeyCheck::Verified
+    } else {
+        KeyCheck::Refused(Rejection::Signature)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ring::rand::SystemRandom;
+    use ring::signature::{ECDSA_P256_SHA256_FIXED_SIGNING, EcdsaKeyPair, KeyPair};
+
+    const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
+    fn b64(bytes: &[u8]) -> String {
+        URL_SAFE_NO_PAD.encode(bytes)
+    }
+
+    /// The RS256 token and JWKS of `tests/data/service-account-jwt.json`.
+    fn rsa_fixture() -> (String, Vec<PublicKey>) {
+        let data: serde_json::Value =
+            serde_json::from_str(&crate::test_data::text("service-account-jwt.json")).unwrap();
+        let keys = parse_jwks(data["jwks"].to_string().as_bytes()).unwrap();
+        (data["token"].as_str().unwrap().to_owned(), keys)
+    }
+
+    /// 2026-06-01, within the fixture token's lifetime.
+    fn june_2026() -> SystemTime {
+        UNIX_EPOCH + Duration::from_secs(1_780_272_000)
+    }
+
+    fn verify(token: &str, keys: &[PublicKey], audiences: &[String], now: SystemTime) -> String {
+        match classify(token, &[ISSUER.to_owned()], audiences, now) {
+            Shape::Other => "other".into(),
+            Shape::Refused(r) => r.as_str().into(),
+            Shape::ServiceAccount(parsed) => match check_signature(&parsed, keys) {
+                KeyCheck::Verified => "verified".into(),
+                KeyCheck::Refused(r) => r.as_str().into(),
+                KeyCheck::UnknownKey => "unknown_key".into(),
+            },
+        }
+    }
+
+    #[test]
+    fn an_rs256_token_verifies_with_the_published_key_and_not_once_altered() {
+        let (token, keys) = rsa_fixture();
+        assert_eq!(verify(&token, &keys, &[], june_2026()), "verified");
+        // One signature byte changed.
+        let (head, signature) = token.rsplit_once('.').unwrap();
+        let mut bytes = URL_SAFE_NO_PAD.decode(signature).unwrap();
+        bytes[10] ^= 1;
+        let forged = format!("{head}.{}", b64(&bytes));
+        assert_eq!(verify(&forged, &keys, &[], june_2026()), "signature");
+        // The claims changed (another service account), the signature kept.
+        let mut parts: Vec<&str> = token.split('.').collect();
+        let claims = String::from_utf8(URL_SAFE_NO_PAD.decode(parts[1]).unwrap())
+            .unwrap()
+            .replace("prometheus", "admin-sa00");
+        let claims = b64(claims.as_bytes());
+        parts[1] = &claims;
+        assert_eq!(
+            verify(&parts.join("."), &keys, &[], june_2026()),
+            "signature"
+        );
+    }
+
+    #[test]
+    fn claims_refuse_before_any_key_is_looked_at() {
+        let (token, keys) = rsa_fixture();
+        let after_expiry = UNIX_EPOCH + Duration::from_secs(4_102_444_800 + 61);
+        assert_eq!(verify(&token, &keys, &[], after_expiry), "expired");
+        // Within the leeway it still verifies.
+        let at_expiry = UNIX_EPOCH + Duration::from_secs(4_102_444_800 + 59);
+        assert_eq!(verify(&token, &keys, &[], at_expiry), "verified");
+        let before_issue = UNIX_EPOCH + Duration::from_secs(1_767_225_600 - 61);
+        assert_eq!(verify(&token, &keys, &[], before_issue), "not_yet_valid");
+        let other = ["https://other.example".to_owned()];
+        assert_eq!(verify(&token, &keys, &other, june_2026()), "audience");
+        let ours = [ISSUER.to_owned()];
+        assert_eq!(verify(&token, &keys, &ours, june_2026()), "verified");
+    }
+
+    #[test]
+    fn tokens_of_other_issuers_and_opaque_tokens_are_left_to_token_review() {
+        let (token, keys) = rsa_fixture();
+        for other in [
+            "not-a-jwt",
+            "a.b.c",
+            "a.b.c.d",
+            "",
+            &format!("{token}.extra"),
+        ] {
+            assert_eq!(verify(other, &keys, &[], june_2026()), "other", "{other}");
+        }
+        let header = b64(br#"{"alg":"RS256","kid":"k"}"#);
+        let legacy = b64(br#"{"iss":"kubernetes/serviceaccount","sub":"x"}"#);
+        assert_eq!(
+            verify(&format!("{header}.{legacy}.c2ln"), &keys, &[], june_2026()),
+            "other"
+        );
+        // An algorithm not verified here (HS256, none) is TokenReview's to judge.
+        let claims = b64(format!(r#"{{"iss":"{ISSUER}"}}"#).as_bytes());
+        for alg in ["HS256", "none", "ES512"] {
+            let header = b64(format!(r#"{{"alg":"{alg}"}}"#).as_bytes());
+            assert_eq!(
+                verify(&format!("{header}.{claims}.c2ln"), &keys, &[], june_2026()),
+                "other",
+                "{alg}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_es256_token_verifies_and_a_key_id_not_published_is_unknown() {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        let point = pair.public_key().as_ref();
+        let jwks = format!(
+            r#"{{"keys":[{{"use":"sig","kty":"EC","crv":"P-256","kid":"ec-1","alg":"ES256","x":"{}","y":"{}"}}]}}"#,
+            b64(&point[1..33]),
+            b64(&point[33..])
+        );
+        let keys = parse_jwks(jwks.as_bytes()).unwrap();
+        let sign = |kid: &str| {
+            let header = b64(format!(r#"{{"alg":"ES256","kid":"{kid}"}}"#).as_bytes());
+            let claims = b64(format!(
+                r#"{{"iss":"{ISSUER}","aud":"{ISSUER}","exp":4102444800,"iat":1767225600}}"#
+            )
+            .as_bytes());
+            let input = format!("{header}.{claims}");
+            let signature = pair.sign(&rng, input.as_bytes()).unwrap();
+            format!("{input}.{}", b64(signature.as_ref()))
+        };
+        assert_eq!(verify(&sign("ec-1"), &keys, &[], june_2026()), "verified");
+        assert_eq!(
+            verify(&sign("ec-2"), &keys, &[], june_2026()),
+            "unknown_key"
+        );
+        // Named by the RSA key's id: no RSA key fits an ES256 token.
+        let (_, rsa) = rsa_fixture();
+        assert_eq!(
+            verify(&sign("rsa-test-key-1"), &rsa, &[], june_2026()),
+            "unknown_key"
+        );
+    }
+
+    #[test]
+    fn a_jwks_without_a_usable_key_is_an_error() {
+        for document in [
+            r#"{"keys":[]}"#,
+            r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#,
+            r#"{"keys":[{"kty":"EC","crv":"P-521","x":"AA","y":"AA"}]}"#,
+            r#"{"keys":[{"kty":"RSA","use":"enc","n":"AQAB","e":"AQAB"}]}"#,
+        ] {
+            assert!(
+                matches!(parse_jwks(document.as_bytes()), Err(JwksError::NoUsableKey)),
+                "{document}"
+            );
+        }
+        assert!(matches!(parse_jwks(b"<html>"), Err(JwksError::Json(_))));
+    }
+}
