@@ -1,6 +1,7 @@
 //! Load that oha cannot generate: thousands of idle TLS connections held open (for the proxy's
-//! memory per connection), and cold bursts where every request starts at the same instant on a
-//! connection opened beforehand, each with its own bearer token if asked.
+//! memory per connection), cold bursts where every request starts at the same instant on a
+//! connection opened beforehand, each with its own bearer token if asked, and floods of tokens
+//! never sent before (random, or JWTs forged for the cluster's issuer).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -86,6 +87,38 @@ pub struct BurstArgs {
     /// The bearer tokens of the requests.
     #[arg(long, value_enum)]
     tokens: Tokens,
+}
+
+/// What a flood's tokens are; each request carries one never sent before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum FloodTokens {
+    /// 32 random bytes, base64url.
+    Random,
+    /// A JWT claiming `--issuer`, current and for its audience, naming `--kid`, with a random
+    /// signature: what an attacker without the issuer's key can make.
+    ForgedJwt,
+}
+
+/// Options of `bench_helper flood`.
+#[derive(Debug, clap::Args)]
+pub struct FloodArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Concurrent clients, each on its own connection.
+    #[arg(long, default_value_t = 16)]
+    workers: usize,
+    /// How long the flood lasts.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// The tokens sent.
+    #[arg(long, value_enum)]
+    tokens: FloodTokens,
+    /// The issuer the forged JWTs claim.
+    #[arg(long, default_value = "https://kubernetes.default.svc.cluster.local")]
+    issuer: String,
+    /// The key id the forged JWTs name (the issuer's real one makes a bad-signature forgery).
+    #[arg(long, default_value = "")]
+    kid: String,
 }
 
 /// Options of `bench_helper silent`.
@@ -508,5 +541,99 @@ pub async fn stalled(args: StalledArgs) -> anyhow::Result<()> {
     println!("{line}");
     tokio::time::sleep(Duration::from_secs(args.hold_secs)).await;
     drop((held, senders));
+    Ok(())
+}
+
+/// A token never sent before, of `kind`.
+fn flood_token(kind: FloodTokens, issuer: &str, kid: &str) -> String {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use ring::rand::{SecureRandom, SystemRandom};
+    let random = |len: usize| {
+        let mut bytes = vec![0u8; len];
+        // The system's randomness does not fail on Linux; a zeroed token is still a token.
+        let _ = SystemRandom::new().fill(&mut bytes);
+        URL_SAFE_NO_PAD.encode(bytes)
+    };
+    match kind {
+        FloodTokens::Random => random(32),
+        FloodTokens::ForgedJwt => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            let header = serde_json::json!({"alg": "RS256", "kid": kid});
+            let claims = serde_json::json!({
+                "iss": issuer, "aud": [issuer], "iat": now, "nbf": now, "exp": now + 3600,
+                "sub": format!("system:serviceaccount:default:{}", random(6)),
+            });
+            let encode = |value: &serde_json::Value| URL_SAFE_NO_PAD.encode(value.to_string());
+            format!("{}.{}.{}", encode(&header), encode(&claims), random(256))
+        }
+    }
+}
+
+/// Sends requests from `--workers` clients for `--seconds`, each with a token never sent before,
+/// and prints one JSON line: requests, statuses, failures, and the rate.
+pub async fn flood(args: FloodArgs) -> anyhow::Result<()> {
+    let connector = Arc::new(Connector::new(&args.target)?);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
+    let mut workers = JoinSet::new();
+    for _ in 0..args.workers {
+        let connector = Arc::clone(&connector);
+        let (path, issuer, kid, kind) = (
+            args.target.path.clone(),
+            args.issuer.clone(),
+            args.kid.clone(),
+            args.tokens,
+        );
+        workers.spawn(async move {
+            let mut statuses = BTreeMap::<String, usize>::new();
+            let mut errors = 0usize;
+            let mut sender = None;
+            while tokio::time::Instant::now() < deadline {
+                if sender.is_none() {
+                    match connector.open().await {
+                        Ok(opened) => sender = Some(opened),
+                        Err(_) => {
+                            errors += 1;
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            continue;
+                        }
+                    }
+                }
+                let token = flood_token(kind, &issuer, &kid);
+                let Some(open) = sender.as_mut() else {
+                    continue;
+                };
+                match get(open, &path, Some(&token)).await {
+                    Ok(status) => *statuses.entry(status.as_u16().to_string()).or_default() += 1,
+                    Err(_) => {
+                        errors += 1;
+                        sender = None;
+                    }
+                }
+            }
+            (statuses, errors)
+        });
+    }
+    let mut statuses = BTreeMap::<String, usize>::new();
+    let mut errors = 0;
+    while let Some(joined) = workers.join_next().await {
+        let (counted, failed) = joined?;
+        for (status, n) in counted {
+            *statuses.entry(status).or_default() += n;
+        }
+        errors += failed;
+    }
+    let requests: usize = statuses.values().sum();
+    println!(
+        "{}",
+        serde_json::json!({
+            "requests": requests,
+            "perSecond": requests as f64 / args.seconds as f64,
+            "statuses": statuses,
+            "errors": errors,
+        })
+    );
     Ok(())
 }

@@ -50,6 +50,9 @@ enum Command {
     Idle(client::IdleArgs),
     /// Send concurrent requests at once on connections opened beforehand; print latencies.
     Burst(client::BurstArgs),
+    /// Send requests from concurrent clients for a while, each with a bearer token never sent
+    /// before (random, or a JWT forged for the cluster's issuer); print the statuses.
+    Flood(client::FloodArgs),
     /// Open TLS connections that never send a request; print how soon the proxy closes them and
     /// whether other clients are served meanwhile.
     Silent(client::SilentArgs),
@@ -81,6 +84,7 @@ fn main() -> anyhow::Result<()> {
                     Command::Stream(args) => stream::run(args).await,
                     Command::Idle(args) => client::idle(args).await,
                     Command::Burst(args) => client::burst(args).await,
+                    Command::Flood(args) => client::flood(args).await,
                     Command::Silent(args) => client::silent(args).await,
                     Command::Stalled(args) => client::stalled(args).await,
                     Command::FleetLive(args) => fleet_live::run(args).await,
