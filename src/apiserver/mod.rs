@@ -575,11 +575,15 @@ impl ApiServerClient {
         .await
     }
 
-    /// GETs `path` once, bounded like a review attempt (the timeout and the size cap), outside
+    /// GETs `path` as `accept` once, bounded like a review attempt (the timeout and the size cap), outside
     /// the review gates and metrics; refused at once while the API server's `Retry-After` hold
     /// is in force. For documents the proxy reads now and then (the service-account issuer's
     /// keys).
-    pub async fn get(&self, path: &'static str) -> Result<Bytes, ApiCallError> {
+    pub async fn get(
+        &self,
+        path: &'static str,
+        accept: &'static str,
+    ) -> Result<Bytes, ApiCallError> {
         if let Some(until) = self.hold.until() {
             let left = until.saturating_duration_since(tokio::time::Instant::now());
             if !left.is_zero() {
@@ -587,7 +591,7 @@ impl ApiServerClient {
             }
         }
         let request = Request::get(path)
-            .header(ACCEPT, HeaderValue::from_static("application/json"))
+            .header(ACCEPT, HeaderValue::from_static(accept))
             .body(kube::client::Body::empty());
         self.exchange(request)
             .await

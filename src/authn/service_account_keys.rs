@@ -36,6 +36,8 @@ const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
 /// Where kube-apiserver publishes the keys (its own address, whatever `jwks_uri` says: that
 /// names the issuer's public address, which a node may not reach).
 const JWKS_PATH: &str = "/openid/v1/jwks";
+/// The only representation kube-apiserver serves the keys as (406 for `application/json`).
+const JWKS_MEDIA_TYPE: &str = "application/jwk-set+json";
 
 /// What checking a token on the node concluded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -146,24 +148,32 @@ impl ServiceAccountKeys {
         }
     }
 
-    /// Fetches the issuer (unless configured) and the keys once.
+    /// The issuers tokens are checked for: configured, or discovered by a fetch (none before).
+    pub fn issuers(&self) -> Vec<String> {
+        self.issuers
+            .load_full()
+            .map(|issuers| issuers.as_ref().clone())
+            .unwrap_or_default()
+    }
+
+    /// Fetches the issuer (unless configured) and the keys once: how many keys are held.
     pub async fn fetch(&self) -> Result<usize, FetchError> {
         if self.configured_issuers.is_empty() {
-            let body =
-                self.client
-                    .get(DISCOVERY_PATH)
-                    .await
-                    .map_err(|source| FetchError::Call {
-                        path: DISCOVERY_PATH,
-                        source,
-                    })?;
+            let body = self
+                .client
+                .get(DISCOVERY_PATH, "application/json")
+                .await
+                .map_err(|source| FetchError::Call {
+                    path: DISCOVERY_PATH,
+                    source,
+                })?;
             let discovery: Discovery =
                 serde_json::from_slice(&body).map_err(FetchError::Discovery)?;
             self.issuers.store(Some(Arc::new(vec![discovery.issuer])));
         }
         let body = self
             .client
-            .get(JWKS_PATH)
+            .get(JWKS_PATH, JWKS_MEDIA_TYPE)
             .await
             .map_err(|source| FetchError::Call {
                 path: JWKS_PATH,
@@ -244,9 +254,12 @@ impl ServiceAccountKeys {
                     // the token forged (or its key withdrawn). An older set is fetched again,
                     // once per cooldown for all tokens alike.
                     let issued = parsed.issued_at().unwrap_or(now);
-                    let fresh = now
-                        .duration_since(set.fetched)
-                        .is_ok_and(|age| age < REFRESH_COOLDOWN);
+                    // Read the clock again: this check may have waited for the fetch that made
+                    // `set` (fetched after `now` counts as fresh).
+                    let fresh = set
+                        .fetched
+                        .elapsed()
+                        .map_or(true, |age| age < REFRESH_COOLDOWN);
                     if set.fetched > issued + LEEWAY || fresh {
                         return self.refused(Rejection::UnknownKey);
                     }

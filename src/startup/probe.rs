@@ -3,7 +3,9 @@
 //! server client is asked, with a SelfSubjectAccessReview, whether its identity may create the
 //! reviews the proxy will send (TokenReviews for `--authentication-token-webhook`,
 //! SubjectAccessReviews for a `Webhook` authorizer), and whether it may list and watch the RBAC
-//! kinds an `RBAC` authorizer watches. Nothing else is opened and nothing is written.
+//! kinds an `RBAC` authorizer watches; with `--authentication-token-webhook`, the service-account
+//! issuer's public keys are fetched as the proxy will. Nothing else is opened and nothing is
+//! written.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,7 +13,8 @@ use std::time::Duration;
 
 use crate::admin::metrics::{Metrics, ReviewKind};
 use crate::apiserver::{ApiCallError, ApiServerClient, ApiServerSettings, failure};
-use crate::config::{AuthorizerSettings, Settings};
+use crate::authn::service_account_keys::ServiceAccountKeys;
+use crate::config::{AuthorizerSettings, Settings, TokenReviewSettings};
 use crate::server::shutdown::Shutdown;
 
 /// How long each check waits for its answer.
@@ -32,6 +35,9 @@ pub async fn run(settings: Settings) -> Findings {
     let mut findings = Findings::default();
     for (settings, needs) in apiserver_checks(&settings) {
         check_apiserver(settings, &needs, &mut findings).await;
+    }
+    if let Some(review) = &settings.token_review {
+        check_service_account_keys(review, &mut findings).await;
     }
     check_kubelet(settings, &mut findings).await;
     findings
@@ -165,6 +171,33 @@ async fn check_apiserver(settings: ApiServerSettings, needs: &[Need], findings: 
                 return;
             }
         }
+    }
+}
+
+/// Fetches the service-account issuer's keys as the proxy will, so tokens are checked on the
+/// node (docs/DELEGATION.md, "Forged tokens").
+async fn check_service_account_keys(review: &TokenReviewSettings, findings: &mut Findings) {
+    let source = source_of(review.apiserver.sharing_key().0);
+    let metrics = Arc::new(Metrics::new());
+    let client = ApiServerClient::new(review.apiserver.clone(), 1, Arc::clone(&metrics));
+    let keys = ServiceAccountKeys::new(
+        client,
+        review.service_account_issuers.clone(),
+        review.local_audiences.clone(),
+        metrics,
+    );
+    match tokio::time::timeout(PROBE_TIMEOUT, keys.fetch()).await {
+        Ok(Ok(count)) => findings.working.push(format!(
+            "probe: {source} fetched {count} public key(s) of the service-account issuer {}:              its tokens are checked on the node before any TokenReview",
+            keys.issuers().join(", ")
+        )),
+        Ok(Err(e)) => findings.failing.push(format!(
+            "{source}: probe: cannot fetch the service-account issuer's keys: {e}; {}; until              then every token goes to TokenReview, forged ones included",
+            e.hint()
+        )),
+        Err(_) => findings.failing.push(format!(
+            "{source}: probe: the service-account issuer's keys did not come within              {PROBE_TIMEOUT:?}"
+        )),
     }
 }
 

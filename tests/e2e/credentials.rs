@@ -236,6 +236,8 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
         "tokenreviews.authentication.k8s.io",
         "subjectaccessreviews.authorization.k8s.io",
         "the kubelet answered GET /healthz with 200",
+        "fetched 1 public key(s) of the service-account issuer \
+         https://kubernetes.default.svc.cluster.local",
     ] {
         assert!(
             done.stdout.contains(resource),
@@ -259,6 +261,26 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
     );
     assert_eq!(done.stderr.lines().count(), 1, "{}", done.stderr);
 
+    // The issuer's keys refused: said, with the role that grants them.
+    api.set_caller_may_create(&[
+        ("authentication.k8s.io", "tokenreviews"),
+        ("authorization.k8s.io", "subjectaccessreviews"),
+    ]);
+    api.set_issuer_discovery_forbidden(true);
+    let done = run(&dir, "no-keys", &probe(kubeconfig.clone())).await;
+    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    assert!(
+        done.stderr
+            .contains("cannot fetch the service-account issuer's keys")
+            && done
+                .stderr
+                .contains("system:service-account-issuer-discovery"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(done.stderr.lines().count(), 1, "{}", done.stderr);
+    api.set_issuer_discovery_forbidden(false);
+
     let token = api.kubeconfig(Flavour::Token);
     let revoked = std::fs::read_to_string(&token)
         .unwrap()
@@ -271,7 +293,8 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
         "{}",
         done.stderr
     );
-    assert_eq!(done.stderr.lines().count(), 1, "{}", done.stderr);
+    // The reviews' question, then the keys' fetch, each refused once.
+    assert_eq!(done.stderr.lines().count(), 2, "{}", done.stderr);
 }
 
 /// With `--authorization-mode=...RBAC...`, `check-config --probe` also asks whether the proxy's

@@ -173,6 +173,30 @@ async fn a_key_rotation_is_followed_and_an_invented_key_id_refused() {
     assert_eq!(status_with(&h, &stranger).await, StatusCode::UNAUTHORIZED);
     assert_eq!(api.jwks_fetches(), fetched + 1);
     assert_eq!(api.arrivals(Kind::TokenReview), 2);
+
+    // Past the cooldown, a burst of invented key ids at once: one fetch for all of them, each
+    // refused, none reviewed (those that waited for the fetch judge by it).
+    tokio::time::sleep(REFRESH_COOLDOWN + Duration::from_secs(1)).await;
+    let burst = service_account_claims("default", "attacker");
+    let mut requests = tokio::task::JoinSet::new();
+    for i in 0..16 {
+        let token = api.sign_token(&burst, Some(&format!("invented-{i}")));
+        let client = h.anonymous();
+        requests.spawn(async move { client.get_with_token("/pods", &token).await.status });
+    }
+    while let Some(status) = requests.join_next().await {
+        assert_eq!(status.unwrap(), StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(
+        api.jwks_fetches(),
+        fetched + 2,
+        "one fetch for the whole burst"
+    );
+    assert_eq!(
+        api.arrivals(Kind::TokenReview),
+        2,
+        "no review for any of them"
+    );
 }
 
 #[tokio::test]

@@ -15,6 +15,8 @@ pub const ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 pub const DISCOVERY_PATH: &str = "/.well-known/openid-configuration";
 /// Where the keys are served.
 pub const JWKS_PATH: &str = "/openid/v1/jwks";
+/// The one representation of the keys kube-apiserver serves (406 for any other `Accept`).
+pub const JWKS_MEDIA_TYPE: &str = "application/jwk-set+json";
 
 /// A signing key and the id it is published under.
 struct SigningKey {

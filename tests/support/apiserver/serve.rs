@@ -118,7 +118,8 @@ async fn handle(
         return rbac::serve(req.uri(), route, caller, shared).await;
     }
     if matches!(req.uri().path(), issuer::DISCOVERY_PATH | issuer::JWKS_PATH) {
-        return serve_issuer(&req, shared);
+        let caller = caller_of(&req, shared, certificate);
+        return serve_issuer(&req, shared, caller);
     }
     let kind = match req.uri().path() {
         SELF_ACCESS_REVIEWS_PATH => return self_review(req, shared, certificate).await,
@@ -160,7 +161,11 @@ async fn handle(
 }
 
 /// The issuer's discovery document or keys, counted; 403 when the test forbids discovery.
-fn serve_issuer(req: &Request<Incoming>, shared: &Shared) -> Response<ResponseBody> {
+fn serve_issuer(
+    req: &Request<Incoming>,
+    shared: &Shared,
+    caller: Option<Caller>,
+) -> Response<ResponseBody> {
     if req.method() != Method::GET {
         return method_not_allowed(req.method());
     }
@@ -170,6 +175,33 @@ fn serve_issuer(req: &Request<Incoming>, shared: &Shared) -> Response<ResponseBo
         state.issuer.jwks_fetches += 1;
     } else {
         state.issuer.discovery_fetches += 1;
+    }
+    // As kube-apiserver: the keys only as a JWK set.
+    let accepts_jwk_set = req
+        .headers()
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains(issuer::JWKS_MEDIA_TYPE));
+    // Whoever asks must be authenticated (anonymous callers are not bound to the discovery
+    // role).
+    if caller.is_none() {
+        return status_response(
+            StatusCode::UNAUTHORIZED,
+            "Unauthorized",
+            "Unauthorized",
+            None,
+        );
+    }
+    if jwks && !accepts_jwk_set {
+        return status_response(
+            StatusCode::NOT_ACCEPTABLE,
+            "NotAcceptable",
+            &format!(
+                "406: Not Acceptable  Available representations: {}",
+                issuer::JWKS_MEDIA_TYPE
+            ),
+            None,
+        );
     }
     if state.issuer.forbidden {
         return status_response(
