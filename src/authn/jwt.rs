@@ -546,6 +546,31 @@ mod tests {
     }
 
     #[test]
+    fn an_es384_token_verifies_with_a_p384_key() {
+        use ring::signature::ECDSA_P384_SHA384_FIXED_SIGNING;
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, pkcs8.as_ref(), &rng)
+            .unwrap();
+        let point = pair.public_key().as_ref();
+        let jwks = format!(
+            r#"{{"keys":[{{"kty":"EC","crv":"P-384","kid":"p384","x":"{}","y":"{}"}}]}}"#,
+            b64(&point[1..49]),
+            b64(&point[49..])
+        );
+        let keys = parse_jwks(jwks.as_bytes()).unwrap();
+        let header = b64(br#"{"alg":"ES384","kid":"p384"}"#);
+        let claims = b64(format!(r#"{{"iss":"{ISSUER}","exp":4102444800}}"#).as_bytes());
+        let input = format!("{header}.{claims}");
+        let signature = pair.sign(&rng, input.as_bytes()).unwrap();
+        let token = format!("{input}.{}", b64(signature.as_ref()));
+        assert_eq!(verify(&token, &keys, &[], june_2026()), "verified");
+        // The same key does not verify an ES256 claim of the token.
+        let es256 = token.replacen(&header, &b64(br#"{"alg":"ES256","kid":"p384"}"#), 1);
+        assert_eq!(verify(&es256, &keys, &[], june_2026()), "unknown_key");
+    }
+
+    #[test]
     fn a_jwks_without_a_usable_key_is_an_error() {
         for document in [
             r#"{"keys":[]}"#,

@@ -220,10 +220,15 @@ impl ServiceAccountKeys {
     /// Keeps the keys current until the task is dropped: a fetch now, then every
     /// [`REFRESH_INTERVAL`] ±10%.
     pub async fn run(self: Arc<Self>) {
+        let mut said = false;
         loop {
             self.refresh(Duration::ZERO).await;
-            if self.keys.load().is_some() {
-                info!("service-account tokens are checked on the node before TokenReview");
+            if !said && self.keys.load().is_some() {
+                said = true;
+                info!(
+                    issuers = ?self.issuers(),
+                    "service-account tokens are checked on the node before TokenReview"
+                );
             }
             let jitter = 0.9 + 0.2 * crate::apiserver::cache::random_fraction();
             tokio::time::sleep(REFRESH_INTERVAL.mul_f64(jitter)).await;
