@@ -499,7 +499,7 @@ impl Metrics {
         let tokens_refused_locally = Family::<LocalRejectionLabels, Counter>::default();
         registry.register(
             "tokens_refused_locally",
-            "Bearer tokens of the cluster's service-account issuer refused on the node, without a TokenReview, by reason: malformed, unknown_key, signature, expired, not_yet_valid, audience",
+            "Bearer tokens of the cluster's service-account issuer refused on the node, without a TokenReview, by reason: malformed, unknown_key, signature, expired, not_yet_valid, audience, algorithm",
             tokens_refused_locally.clone(),
         );
         let sa_key_fetches = Family::<FetchResultLabels, Counter>::default();

@@ -133,10 +133,22 @@ struct Jwk {
     y: Option<String>,
 }
 
+/// The usable signing keys of a JWKS, and whether it published others.
+#[derive(Debug)]
+pub struct Jwks {
+    /// The keys tokens can be verified with here.
+    pub keys: Vec<PublicKey>,
+    /// Whether every key of the document is among `keys`: then a token signed with an algorithm
+    /// none of them fits cannot be the issuer's.
+    pub complete: bool,
+}
+
 /// The signing keys of a JWKS (`/openid/v1/jwks`). Keys of other types or curves, keys for
-/// encryption, and keys that do not decode are skipped: a token naming one goes to TokenReview.
-pub fn parse_jwks(document: &[u8]) -> Result<Vec<PublicKey>, JwksError> {
+/// encryption, and keys that do not decode are skipped (the set is then not `complete`): a token
+/// naming one goes to TokenReview.
+pub fn parse_jwks(document: &[u8]) -> Result<Jwks, JwksError> {
     let document: JwksDocument = serde_json::from_slice(document)?;
+    let published = document.keys.len();
     let decode = |field: &Option<String>| {
         field
             .as_deref()
@@ -176,7 +188,10 @@ pub fn parse_jwks(document: &[u8]) -> Result<Vec<PublicKey>, JwksError> {
     if keys.is_empty() {
         return Err(JwksError::NoUsableKey);
     }
-    Ok(keys)
+    Ok(Jwks {
+        complete: keys.len() == published,
+        keys,
+    })
 }
 
 /// Why a token of a known issuer was refused on the node: a metrics label and a log reason.
@@ -194,17 +209,20 @@ pub enum Rejection {
     NotYetValid,
     /// None of the token's audiences is one the proxy accepts.
     Audience,
+    /// Signed with an algorithm none of the issuer's published keys is for.
+    Algorithm,
 }
 
 impl Rejection {
     /// Every rejection, so each one's counter exists at 0 from the start.
-    pub const ALL: [Rejection; 6] = [
+    pub const ALL: [Rejection; 7] = [
         Rejection::Malformed,
         Rejection::UnknownKey,
         Rejection::Signature,
         Rejection::Expired,
         Rejection::NotYetValid,
         Rejection::Audience,
+        Rejection::Algorithm,
     ];
 
     /// The metrics label value.
@@ -216,6 +234,7 @@ impl Rejection {
             Rejection::Expired => "expired",
             Rejection::NotYetValid => "not_yet_valid",
             Rejection::Audience => "audience",
+            Rejection::Algorithm => "algorithm",
         }
     }
 
@@ -228,6 +247,9 @@ impl Rejection {
             Rejection::Expired => "service-account token expired",
             Rejection::NotYetValid => "service-account token not valid yet",
             Rejection::Audience => "service-account token for another audience",
+            Rejection::Algorithm => {
+                "service-account token signed with an algorithm the issuer does not use"
+            }
         }
     }
 }
@@ -261,6 +283,9 @@ pub enum Shape<'a> {
     Other,
     /// A JWS of a known issuer whose claims already refuse it.
     Refused(Rejection),
+    /// A JWS of a known issuer, within its claims, signed with an algorithm not verified here:
+    /// refused if the issuer publishes no key it could be for, else TokenReview decides.
+    OtherAlgorithm,
     /// A JWS of a known issuer to check against its keys.
     ServiceAccount(Parsed<'a>),
 }
@@ -274,8 +299,6 @@ struct Header {
 
 #[derive(Debug, Deserialize)]
 struct Claims {
-    #[serde(default)]
-    iss: Option<String>,
     #[serde(default)]
     aud: Option<Audiences>,
     #[serde(default)]
@@ -319,31 +342,30 @@ pub fn classify<'a>(
     else {
         return Shape::Other;
     };
-    let Some(header) = URL_SAFE_NO_PAD
-        .decode(header)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<Header>(&bytes).ok())
-    else {
-        return Shape::Other;
-    };
-    let Some(claims) = URL_SAFE_NO_PAD
+    // The issuer first, from the payload read loosely: once a token names a known issuer,
+    // anything else wrong with it (a header or claim of the wrong shape) refuses it, so that no
+    // malformation buys a TokenReview.
+    let Some(payload) = URL_SAFE_NO_PAD
         .decode(payload)
         .ok()
-        .and_then(|bytes| serde_json::from_slice::<Claims>(&bytes).ok())
+        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
     else {
         return Shape::Other;
     };
-    if !claims
-        .iss
-        .as_ref()
+    if !payload["iss"]
+        .as_str()
         .is_some_and(|iss| issuers.iter().any(|known| known == iss))
     {
         return Shape::Other;
     }
-    let Some(algorithm) = Algorithm::from_name(&header.alg) else {
-        return Shape::Other;
-    };
-    let Ok(signature) = URL_SAFE_NO_PAD.decode(signature) else {
+    let (Some(header), Ok(claims), Ok(signature)) = (
+        URL_SAFE_NO_PAD
+            .decode(header)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice::<Header>(&bytes).ok()),
+        serde_json::from_value::<Claims>(payload),
+        URL_SAFE_NO_PAD.decode(signature),
+    ) else {
         return Shape::Refused(Rejection::Malformed);
     };
     if claims.exp.is_some_and(|exp| unix(exp) + LEEWAY < now) {
@@ -363,6 +385,9 @@ pub fn classify<'a>(
             return Shape::Refused(Rejection::Audience);
         }
     }
+    let Some(algorithm) = Algorithm::from_name(&header.alg) else {
+        return Shape::OtherAlgorithm;
+    };
     // The signing input is the header and the payload as sent, up to the last dot.
     let signing_input_len = token.rfind('.').unwrap_or(0);
     Shape::ServiceAccount(Parsed {
@@ -419,7 +444,9 @@ mod tests {
     fn rsa_fixture() -> (String, Vec<PublicKey>) {
         let data: serde_json::Value =
             serde_json::from_str(&crate::test_data::text("service-account-jwt.json")).unwrap();
-        let keys = parse_jwks(data["jwks"].to_string().as_bytes()).unwrap();
+        let keys = parse_jwks(data["jwks"].to_string().as_bytes())
+            .unwrap()
+            .keys;
         (data["token"].as_str().unwrap().to_owned(), keys)
     }
 
@@ -432,6 +459,7 @@ mod tests {
         match classify(token, &[ISSUER.to_owned()], audiences, now) {
             Shape::Other => "other".into(),
             Shape::Refused(r) => r.as_str().into(),
+            Shape::OtherAlgorithm => "other_algorithm".into(),
             Shape::ServiceAccount(parsed) => match check_signature(&parsed, keys) {
                 KeyCheck::Verified => "verified".into(),
                 KeyCheck::Refused(r) => r.as_str().into(),
@@ -497,14 +525,37 @@ mod tests {
             verify(&format!("{header}.{legacy}.c2ln"), &keys, &[], june_2026()),
             "other"
         );
-        // An algorithm not verified here (HS256, none) is TokenReview's to judge.
+        // An algorithm not verified here (HS256, none, ES512) is told apart: refused when the
+        // issuer publishes no key for it (ServiceAccountKeys decides), else TokenReview's.
         let claims = b64(format!(r#"{{"iss":"{ISSUER}"}}"#).as_bytes());
         for alg in ["HS256", "none", "ES512"] {
             let header = b64(format!(r#"{{"alg":"{alg}"}}"#).as_bytes());
             assert_eq!(
                 verify(&format!("{header}.{claims}.c2ln"), &keys, &[], june_2026()),
-                "other",
+                "other_algorithm",
                 "{alg}"
+            );
+        }
+        // Once a token names the issuer, a malformation refuses it: it buys no TokenReview.
+        let header = b64(br#"{"alg":"RS256"}"#);
+        for claims in [
+            format!(r#"{{"iss":"{ISSUER}","exp":"tomorrow"}}"#),
+            format!(r#"{{"iss":"{ISSUER}","aud":7}}"#),
+        ] {
+            let token = format!("{header}.{}.c2ln", b64(claims.as_bytes()));
+            assert_eq!(
+                verify(&token, &keys, &[], june_2026()),
+                "malformed",
+                "{claims}"
+            );
+        }
+        let claims = b64(format!(r#"{{"iss":"{ISSUER}"}}"#).as_bytes());
+        for (header, signature) in [("e30", "c2ln"), ("bm90LWpzb24", "c2ln"), (&*header, "!!")] {
+            let token = format!("{header}.{claims}.{signature}");
+            assert_eq!(
+                verify(&token, &keys, &[], june_2026()),
+                "malformed",
+                "{token}"
             );
         }
     }
@@ -521,7 +572,7 @@ mod tests {
             b64(&point[1..33]),
             b64(&point[33..])
         );
-        let keys = parse_jwks(jwks.as_bytes()).unwrap();
+        let keys = parse_jwks(jwks.as_bytes()).unwrap().keys;
         let sign = |kid: &str| {
             let header = b64(format!(r#"{{"alg":"ES256","kid":"{kid}"}}"#).as_bytes());
             let claims = b64(format!(
@@ -558,7 +609,7 @@ mod tests {
             b64(&point[1..49]),
             b64(&point[49..])
         );
-        let keys = parse_jwks(jwks.as_bytes()).unwrap();
+        let keys = parse_jwks(jwks.as_bytes()).unwrap().keys;
         let header = b64(br#"{"alg":"ES384","kid":"p384"}"#);
         let claims = b64(format!(r#"{{"iss":"{ISSUER}","exp":4102444800}}"#).as_bytes());
         let input = format!("{header}.{claims}");
@@ -572,6 +623,12 @@ mod tests {
 
     #[test]
     fn a_jwks_without_a_usable_key_is_an_error() {
+        let mixed = r#"{"keys":[{"kty":"EC","crv":"P-521","x":"AA","y":"AA"},
+            {"kty":"RSA","n":"AQAB","e":"AQAB"}]}"#;
+        let jwks = parse_jwks(mixed.as_bytes()).unwrap();
+        assert_eq!((jwks.keys.len(), jwks.complete), (1, false));
+        let (_, keys) = rsa_fixture();
+        assert_eq!(keys.len(), 1);
         for document in [
             r#"{"keys":[]}"#,
             r#"{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}"#,

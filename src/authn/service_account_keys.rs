@@ -54,6 +54,8 @@ pub enum LocalCheck {
 #[derive(Debug)]
 struct KeySet {
     keys: Vec<PublicKey>,
+    /// Every published key is among `keys` ([`jwt::Jwks::complete`]).
+    complete: bool,
     fetched: SystemTime,
 }
 
@@ -179,10 +181,11 @@ impl ServiceAccountKeys {
                 path: JWKS_PATH,
                 source,
             })?;
-        let keys = jwt::parse_jwks(&body).map_err(FetchError::Jwks)?;
-        let count = keys.len();
+        let jwks = jwt::parse_jwks(&body).map_err(FetchError::Jwks)?;
+        let count = jwks.keys.len();
         self.keys.store(Some(Arc::new(KeySet {
-            keys,
+            keys: jwks.keys,
+            complete: jwks.complete,
             fetched: SystemTime::now(),
         })));
         Ok(count)
@@ -244,6 +247,12 @@ impl ServiceAccountKeys {
         let parsed = match jwt::classify(token, &issuers, &self.audiences, now) {
             Shape::Other => return LocalCheck::Undecided,
             Shape::Refused(rejection) => return self.refused(rejection),
+            Shape::OtherAlgorithm => {
+                return match self.keys.load_full() {
+                    Some(set) if set.complete => self.refused(Rejection::Algorithm),
+                    _ => LocalCheck::Undecided,
+                };
+            }
             Shape::ServiceAccount(parsed) => parsed,
         };
         for attempt in 0..2 {

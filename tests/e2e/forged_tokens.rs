@@ -1,7 +1,7 @@
 //! Forged service-account tokens cost the API server nothing: a JWT naming the cluster's issuer
 //! is checked on the node against the keys the API server publishes, and one with a bad
-//! signature, an unpublished key id, past its expiry or for another audience is refused with 401
-//! and no TokenReview. A valid one is still reviewed (the API server alone knows whether its pod
+//! signature, an unpublished key id, an algorithm the issuer has no key for, past its expiry or
+//! for another audience is refused with 401 and no TokenReview. A valid one is still reviewed (the API server alone knows whether its pod
 //! still exists) and cached; a key rotation is followed; keys that cannot be fetched leave every
 //! token to TokenReview, as before.
 
@@ -39,6 +39,20 @@ async fn metric(h: &Harness, name: &str, labels: &[(&str, &str)]) -> f64 {
 /// `GET /pods` with `token`: the status.
 async fn status_with(h: &Harness, token: &str) -> StatusCode {
     h.anonymous().get_with_token("/pods", token).await.status
+}
+
+/// `claims` as an HS256 token (a shared-secret signature the issuer never makes) with a made-up
+/// signature.
+fn hs256(claims: &Value) -> String {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let encode = |value: &Value| URL_SAFE_NO_PAD.encode(value.to_string());
+    format!(
+        "{}.{}.{}",
+        encode(&json!({"alg": "HS256"})),
+        encode(claims),
+        URL_SAFE_NO_PAD.encode([7u8; 32])
+    )
 }
 
 fn with(mut claims: Value, field: &str, value: Value) -> Value {
@@ -81,6 +95,7 @@ async fn forged_service_account_tokens_are_refused_without_a_token_review() {
             ),
             "audience",
         ),
+        ("another algorithm", hs256(&claims), "algorithm"),
         (
             "issued in the future",
             api.sign_token(&with(claims.clone(), "iat", json!(now + 3600)), None),
