@@ -65,8 +65,8 @@
 //!   server and kubelet clients, metrics, the audit log); [`startup::reload`] swaps
 //!   certificates, the client CA and policies in when their files change; [`startup::probe`]
 //!   (`check-config --probe`) reaches each dependency before the proxy relies on it.
-//! - [`admin`]: what the operator sees: Prometheus metrics ([`admin::metrics`],
-//!   [`admin::generation`]: which build and process serves; [`admin::certificates`]: when each
+//! - [`admin`]: what the operator sees: Prometheus metrics ([`admin::metrics`], their label
+//!   sets in [`admin::labels`]; [`admin::generation`]: which build and process serves; [`admin::certificates`]: when each
 //!   certificate loaded expires, when each watched file was last reloaded), the `/healthz`, `/readyz`,
 //!   `/metrics` listener ([`admin::listener`], on `--admin-socket` too, which
 //!   [`admin::exec_probe`] asks for exec probes), and a recurring failure said once a minute

@@ -6,6 +6,7 @@
 pub mod certificates;
 pub mod exec_probe;
 pub mod generation;
+pub mod labels;
 pub mod listener;
 pub mod metrics;
 pub mod reports;

@@ -560,19 +560,30 @@ mod tests {
         }
     }
 
+    /// A new EC key pair of `curve` (`P-256` or `P-384`) and the JWKS publishing it as `kid`.
+    fn ec_key(
+        signing: &'static ring::signature::EcdsaSigningAlgorithm,
+        curve: &str,
+        kid: &str,
+    ) -> (EcdsaKeyPair, Vec<PublicKey>) {
+        let rng = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(signing, &rng).unwrap();
+        let pair = EcdsaKeyPair::from_pkcs8(signing, pkcs8.as_ref(), &rng).unwrap();
+        let point = pair.public_key().as_ref();
+        let half = (point.len() - 1) / 2;
+        let jwks = format!(
+            r#"{{"keys":[{{"use":"sig","kty":"EC","crv":"{curve}","kid":"{kid}","x":"{}","y":"{}"}}]}}"#,
+            b64(&point[1..=half]),
+            b64(&point[1 + half..])
+        );
+        let keys = parse_jwks(jwks.as_bytes()).unwrap().keys;
+        (pair, keys)
+    }
+
     #[test]
     fn an_es256_token_verifies_and_a_key_id_not_published_is_unknown() {
         let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
-        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &rng)
-            .unwrap();
-        let point = pair.public_key().as_ref();
-        let jwks = format!(
-            r#"{{"keys":[{{"use":"sig","kty":"EC","crv":"P-256","kid":"ec-1","alg":"ES256","x":"{}","y":"{}"}}]}}"#,
-            b64(&point[1..33]),
-            b64(&point[33..])
-        );
-        let keys = parse_jwks(jwks.as_bytes()).unwrap().keys;
+        let (pair, keys) = ec_key(&ECDSA_P256_SHA256_FIXED_SIGNING, "P-256", "ec-1");
         let sign = |kid: &str| {
             let header = b64(format!(r#"{{"alg":"ES256","kid":"{kid}"}}"#).as_bytes());
             let claims = b64(format!(
@@ -600,16 +611,7 @@ mod tests {
     fn an_es384_token_verifies_with_a_p384_key() {
         use ring::signature::ECDSA_P384_SHA384_FIXED_SIGNING;
         let rng = SystemRandom::new();
-        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, &rng).unwrap();
-        let pair = EcdsaKeyPair::from_pkcs8(&ECDSA_P384_SHA384_FIXED_SIGNING, pkcs8.as_ref(), &rng)
-            .unwrap();
-        let point = pair.public_key().as_ref();
-        let jwks = format!(
-            r#"{{"keys":[{{"kty":"EC","crv":"P-384","kid":"p384","x":"{}","y":"{}"}}]}}"#,
-            b64(&point[1..49]),
-            b64(&point[49..])
-        );
-        let keys = parse_jwks(jwks.as_bytes()).unwrap().keys;
+        let (pair, keys) = ec_key(&ECDSA_P384_SHA384_FIXED_SIGNING, "P-384", "p384");
         let header = b64(br#"{"alg":"ES384","kid":"p384"}"#);
         let claims = b64(format!(r#"{{"iss":"{ISSUER}","exp":4102444800}}"#).as_bytes());
         let input = format!("{header}.{claims}");

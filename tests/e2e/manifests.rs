@@ -849,47 +849,35 @@ fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
             .any(|sa| sa.metadata.name.as_deref() == Some(account)
                 && sa.metadata.namespace.as_deref() == Some(namespace))
     );
-    assert!(
-        typed::<ClusterRoleBinding>(&rbac, "ClusterRoleBinding")
-            .iter()
-            .any(|binding| binding.role_ref.name == "system:auth-delegator"
-                && binding
-                    .subjects
-                    .iter()
-                    .flatten()
-                    .any(|s| s.kind == "ServiceAccount"
-                        && s.name == account
-                        && s.namespace.as_deref() == Some(namespace)))
-    );
-
-    // And to the built-in role that reads the service-account issuer's public keys, so tokens
-    // are checked on the node (docs/DELEGATION.md, "Forged tokens").
-    assert!(
-        typed::<ClusterRoleBinding>(&rbac, "ClusterRoleBinding")
-            .iter()
-            .any(
-                |binding| binding.role_ref.name == "system:service-account-issuer-discovery"
-                    && binding
-                        .subjects
-                        .iter()
-                        .flatten()
-                        .any(|s| s.kind == "ServiceAccount"
-                            && s.name == account
-                            && s.namespace.as_deref() == Some(namespace))
-            )
-    );
+    let bindings = typed::<ClusterRoleBinding>(&rbac, "ClusterRoleBinding");
+    let binds_the_account = |binding: &ClusterRoleBinding| {
+        binding.subjects.iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == account
+                && s.namespace.as_deref() == Some(namespace)
+        })
+    };
+    // To the role that creates reviews, and to the one that reads the service-account issuer's
+    // public keys, so tokens are checked on the node (docs/DELEGATION.md, "Forged tokens").
+    for role in [
+        "system:auth-delegator",
+        "system:service-account-issuer-discovery",
+    ] {
+        assert!(
+            bindings
+                .iter()
+                .any(|binding| binding.role_ref.name == role && binds_the_account(binding)),
+            "rbac.yaml binds {namespace}/{account} to {role}"
+        );
+    }
 
     // With RBAC in its chain, rbac.yaml lets that account list and watch the four kinds, and
     // nothing else.
     assert!(flags.authorization_mode.contains(&AuthorizationMode::Rbac));
-    let reader = typed::<ClusterRoleBinding>(&rbac, "ClusterRoleBinding")
-        .into_iter()
+    let reader = bindings
+        .iter()
         .find(|binding| {
-            binding.subjects.iter().flatten().any(|s| {
-                s.kind == "ServiceAccount"
-                    && s.name == account
-                    && s.namespace.as_deref() == Some(namespace)
-            }) && binding.role_ref.name.starts_with("kubelet-auth-proxy:")
+            binds_the_account(binding) && binding.role_ref.name.starts_with("kubelet-auth-proxy:")
         })
         .expect("a binding of the service account to a role of the project's own");
     let role = typed::<ClusterRole>(&rbac, "ClusterRole")
