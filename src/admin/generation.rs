@@ -32,7 +32,8 @@ const HANDOVER_FAILURE_CAUSES: [&str; 6] =
 /// Labels of a failed handover.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct HandoverFailureLabels {
-    /// One of [`HANDOVER_FAILURE_CAUSES`].
+    /// `spawn`, `exited`, `timeout`, `protocol`, `stranger` or `io`: the causes the handover code
+    /// gives, each created at 0 (`HANDOVER_FAILURE_CAUSES`).
     pub cause: &'static str,
 }
 

@@ -91,7 +91,7 @@ pub enum ApiClientError {
 /// `check-config`) but connects nothing.
 ///
 /// A kubeconfig's client is rebuilt when the kubeconfig, its client certificate, its client key
-/// or its CA file change (see [`ApiServerSettings::reload_target`]): the kubelet's own kubeconfig
+/// or its CA file change (see [`ApiServerSettings::register_reloads`]): the kubelet's own kubeconfig
 /// names `kubelet-client-current.pem`, which the kubelet rotates before it expires. A bearer
 /// `tokenFile` and the in-cluster service account token and CA are re-read by kube itself.
 #[derive(Clone)]
