@@ -30,6 +30,8 @@
 //!     TokenReview, anonymous), with the kubelet's chain semantics; yields an `Arc<User>`.
 //!     Service-account JWTs are checked on the node first ([`authn::jwt`] against the keys
 //!     [`authn::service_account_keys`] keeps current), so a forged one never becomes a review;
+//!     tokens it cannot check are reviewed within a budget of failures per source address and
+//!     per node ([`authn::failure_budget`]);
 //!   - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!     authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
 //!     [`authz::rbac`] matching, [`authz::live_rbac`]: the cluster's roles and bindings listed
@@ -59,6 +61,8 @@
 //!   `--audit-policy-file`); a byte budget per identity and overall keeps floods from rotating
 //!   earlier events out ([`audit::budget`], `summary`); never for requests that act
 //!   ([`audit::acts`]).
+//! - [`budget`]: token buckets and the bounded table of them, keyed by what a client chooses,
+//!   that both the audit flood budget and the failure budget meter clients with.
 //! - [`config`]: flags and files → validated [`config::Settings`], reading files and nothing
 //!   else (`check-config` stops there).
 //! - [`startup`]: [`startup::assemble`] builds the running services from the settings (API
@@ -83,6 +87,7 @@ pub mod apiserver;
 pub mod audit;
 pub mod authn;
 pub mod authz;
+pub mod budget;
 pub mod config;
 pub mod forward;
 pub mod request;

@@ -119,6 +119,10 @@ pub struct FloodArgs {
     /// The key id the forged JWTs name (the issuer's real one makes a bad-signature forgery).
     #[arg(long, default_value = "")]
     kid: String,
+    /// Client addresses the workers connect from, in turn: 127.0.0.1 up to 127.0.0.<n> (all
+    /// loopback on Linux); 1 leaves the choice to the system.
+    #[arg(long, default_value_t = 1)]
+    sources: u8,
 }
 
 /// Options of `bench_helper silent`.
@@ -161,8 +165,31 @@ pub async fn open_http1(
     name: ServerName<'static>,
     timeout: Duration,
 ) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
+    open_http1_from(tls, None, addr, name, timeout).await
+}
+
+/// [`open_http1`] from the local address `source` when given (any of 127/8 on Linux's loopback),
+/// so the server sees another client address.
+pub async fn open_http1_from(
+    tls: &TlsConnector,
+    source: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+    name: ServerName<'static>,
+    timeout: Duration,
+) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
     let opening = async {
-        let tcp = TcpStream::connect(addr).await?;
+        let tcp = match source {
+            None => TcpStream::connect(addr).await?,
+            Some(source) => {
+                let socket = if source.is_ipv4() {
+                    tokio::net::TcpSocket::new_v4()?
+                } else {
+                    tokio::net::TcpSocket::new_v6()?
+                };
+                socket.bind(SocketAddr::new(source, 0))?;
+                socket.connect(addr).await?
+            }
+        };
         tcp.set_nodelay(true)?;
         let tls = tls.connect(name, tcp).await?;
         let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;
@@ -207,7 +234,22 @@ impl Connector {
 
     /// A new HTTP/1.1 connection over TLS; its connection task runs until the sender is dropped.
     async fn open(&self) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
-        open_http1(&self.tls, self.addr, self.server_name.clone(), OPEN_TIMEOUT).await
+        self.open_from(None).await
+    }
+
+    /// [`open`](Connector::open) from the local address `source`.
+    async fn open_from(
+        &self,
+        source: Option<std::net::IpAddr>,
+    ) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
+        open_http1_from(
+            &self.tls,
+            source,
+            self.addr,
+            self.server_name.clone(),
+            OPEN_TIMEOUT,
+        )
+        .await
     }
 
     /// A TLS connection on which nothing is sent.
@@ -578,8 +620,12 @@ pub async fn flood(args: FloodArgs) -> anyhow::Result<()> {
     let connector = Arc::new(Connector::new(&args.target)?);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
     let mut workers = JoinSet::new();
-    for _ in 0..args.workers {
+    for worker in 0..args.workers {
         let connector = Arc::clone(&connector);
+        let source = (args.sources > 1).then(|| {
+            let last = 1 + (worker % usize::from(args.sources)) as u8;
+            std::net::IpAddr::from([127, 0, 0, last])
+        });
         let (path, issuer, kid, kind) = (
             args.target.path.clone(),
             args.issuer.clone(),
@@ -592,7 +638,7 @@ pub async fn flood(args: FloodArgs) -> anyhow::Result<()> {
             let mut sender = None;
             while tokio::time::Instant::now() < deadline {
                 if sender.is_none() {
-                    match connector.open().await {
+                    match connector.open_from(source).await {
                         Ok(opened) => sender = Some(opened),
                         Err(_) => {
                             errors += 1;

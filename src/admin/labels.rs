@@ -273,6 +273,13 @@ pub struct LocalRejectionLabels {
     pub reason: &'static str,
 }
 
+/// Labels of tokens answered 401 without a TokenReview.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub struct SkippedBudgetLabels {
+    /// The budget that was spent: `source` or `overall`.
+    pub budget: &'static str,
+}
+
 /// Labels of fetches of the service-account issuer's keys.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 pub struct FetchResultLabels {

@@ -16,7 +16,7 @@ pub use super::labels::{
     ApiCallLabels, AuditOmittedLabels, AuthorizationDecisionLabels, AuthorizerLabels, CacheLabels,
     CacheResult, DecisionLabels, FetchResultLabels, LocalRejectionLabels, Outcome, RefreshLabels,
     RefreshResult, ReloadLabels, ReloadResult, RequestLabels, ReviewFailureLabels, ReviewKind,
-    ReviewKindLabels, SuppressedLabels, ThreadLabels, UpstreamErrorLabels,
+    ReviewKindLabels, SkippedBudgetLabels, SuppressedLabels, ThreadLabels, UpstreamErrorLabels,
 };
 
 fn latency_histogram() -> Histogram {
@@ -59,6 +59,7 @@ pub struct Metrics {
     tokens_refused_locally: Family<LocalRejectionLabels, Counter>,
     sa_key_fetches: Family<FetchResultLabels, Counter>,
     sa_keys: Gauge,
+    reviews_skipped: Family<SkippedBudgetLabels, Counter>,
     audit_suppressed: Family<SuppressedLabels, Counter>,
     audit_omitted: Family<AuditOmittedLabels, Counter>,
     match_condition_exclusions: Family<AuthorizerLabels, Counter>,
@@ -228,6 +229,12 @@ impl Metrics {
             "Fetches of the service-account issuer's public keys from the API server, by result (success, failed)",
             sa_key_fetches.clone(),
         );
+        let reviews_skipped = Family::<SkippedBudgetLabels, Counter>::default();
+        registry.register(
+            "token_reviews_skipped",
+            "Bearer tokens answered 401 without a TokenReview because their source's failed authentications were over budget, by the budget spent: source (the source's own) or overall (the node's)",
+            reviews_skipped.clone(),
+        );
         let sa_keys = Gauge::default();
         registry.register(
             "service_account_keys",
@@ -326,6 +333,7 @@ impl Metrics {
             tokens_refused_locally,
             sa_key_fetches,
             sa_keys,
+            reviews_skipped,
             audit_suppressed,
             audit_omitted,
             match_condition_exclusions,
@@ -481,6 +489,16 @@ impl Metrics {
                 reason: rejection.as_str(),
             })
             .inc();
+    }
+
+    /// The counters of tokens answered 401 without a review, by the budget spent (`source` or
+    /// `overall`), created at 0: tokens are reviewed, so their failures are budgeted.
+    pub fn token_reviews_skipped(&self) -> [Counter; 2] {
+        ["source", "overall"].map(|budget| {
+            self.reviews_skipped
+                .get_or_create(&SkippedBudgetLabels { budget })
+                .clone()
+        })
     }
 
     /// Counts a fetch of the issuer's keys; a success sets how many are held.

@@ -16,14 +16,9 @@
 //! ([`super::acts`]) and summary events are never suppressed; their bytes are still taken from
 //! the buckets (down to empty), so they leave less room for floods, never more.
 //!
-//! Identities are kept in a bounded table: [`SHARDS`] shards of [`SHARD_CAPACITY`], each behind
-//! its own mutex, indexed by a keyed SipHash (std's `RandomState`) so a caller cannot aim names at
-//! one shard. An identity arriving at a full shard takes the place of an idle one (bucket full,
-//! nothing to report), else shares the overflow bucket with every identity beyond the table.
+//! Identities are kept in a bounded table ([`crate::budget::table`]) of [`SHARD_CAPACITY`] per
+//! shard; identities beyond it share one bucket.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::hash::RandomState;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -32,10 +27,10 @@ use prometheus_client::metrics::family::Family;
 
 use super::event::Suppressed;
 use crate::admin::metrics::SuppressedLabels;
+use crate::budget::table::{self, Table};
+use crate::budget::{Bucket, Limits};
 
-/// Shards of the identity table.
-pub const SHARDS: usize = 16;
-/// Identities per shard: 1024 in all.
+/// Identities per shard of the table: 1024 in all.
 pub const SHARD_CAPACITY: usize = 64;
 /// The kept bytes assumed when rotation does not bound them: standard output, whose collector's
 /// retention the proxy cannot see, and a file never rotated or whose backups are all kept.
@@ -57,33 +52,16 @@ pub fn kept_bytes(file: bool, max_size_mb: u64, max_backups: u32) -> u64 {
         .saturating_mul(u64::from(max_backups))
 }
 
-/// The overall bucket's size and rate for `kept` bytes to last `retention` under any flood.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Limits {
-    /// Bytes written at once after a quiet spell.
-    pub burst: f64,
-    /// Bytes a second, sustained.
-    pub rate: f64,
-}
-
-impl Limits {
-    /// burst + (rate + summaries) × retention = kept, with the burst a ninth of it: summary
-    /// events are written even when the bucket is empty, so their bytes ([`SUMMARY_RATE`]) are
-    /// set aside. The rate is never below one event of 1 KiB a minute.
-    pub fn new(kept: u64, retention: Duration) -> Limits {
-        let kept = kept as f64;
-        let rate = kept * 8.0 / 9.0 / retention.as_secs_f64().max(1.0) - SUMMARY_RATE;
-        Limits {
-            burst: kept / 9.0,
-            rate: rate.max(1024.0 / 60.0),
-        }
-    }
-
-    fn share(self) -> Limits {
-        Limits {
-            burst: self.burst * IDENTITY_SHARE,
-            rate: self.rate * IDENTITY_SHARE,
-        }
+/// The overall bucket's size and rate for `kept` bytes to last `retention` under any flood:
+/// burst + (rate + summaries) × retention = kept, with the burst a ninth of it. Summary events
+/// are written even when the bucket is empty, so their bytes ([`SUMMARY_RATE`]) are set aside.
+/// The rate is never below one event of 1 KiB a minute.
+pub fn flood_limits(kept: u64, retention: Duration) -> Limits {
+    let kept = kept as f64;
+    let rate = kept * 8.0 / 9.0 / retention.as_secs_f64().max(1.0) - SUMMARY_RATE;
+    Limits {
+        burst: kept / 9.0,
+        rate: rate.max(1024.0 / 60.0),
     }
 }
 
@@ -107,27 +85,6 @@ pub enum Admission {
     OverallBudget,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Bucket {
-    tokens: f64,
-    refilled: Instant,
-}
-
-impl Bucket {
-    fn full(limits: Limits, now: Instant) -> Bucket {
-        Bucket {
-            tokens: limits.burst,
-            refilled: now,
-        }
-    }
-
-    fn refill(&mut self, limits: Limits, now: Instant) {
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * limits.rate).min(limits.burst);
-        self.refilled = now;
-    }
-}
-
 /// What an identity had suppressed since its last summary.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Pending {
@@ -138,46 +95,21 @@ pub(super) struct Pending {
     pub(super) since: Option<SystemTime>,
 }
 
-#[derive(Debug)]
-struct Entry {
-    bucket: Bucket,
-    pending: Pending,
-    /// When its last summary was written.
-    summarized: Option<Instant>,
-}
-
-impl Entry {
-    fn new(limits: Limits, now: Instant) -> Entry {
-        Entry {
-            bucket: Bucket::full(limits, now),
-            pending: Pending::default(),
-            summarized: None,
-        }
-    }
-
-    fn idle(&mut self, limits: Limits, now: Instant) -> bool {
-        self.bucket.refill(limits, now);
-        self.pending.events == 0 && self.bucket.tokens >= limits.burst
+impl table::Pending for Pending {
+    fn is_empty(&self) -> bool {
+        self.events == 0
     }
 }
 
-/// A summary due: for whom, and what.
-#[derive(Debug)]
-pub(super) struct Due {
-    /// `None`: the identities beyond the table.
-    pub(super) identity: Option<Identity>,
-    pub(super) pending: Pending,
-}
+/// A summary due: for whom (`None`: the identities beyond the table), and what.
+pub(super) type Due = table::Due<Identity, Pending>;
 
 /// The per-identity and overall byte budgets of the audit log.
 #[derive(Debug)]
 pub struct Budget {
     overall_limits: Limits,
-    identity_limits: Limits,
     overall: Mutex<Bucket>,
-    shards: Vec<Mutex<HashMap<Identity, Entry>>>,
-    overflow: Mutex<Entry>,
-    hasher: RandomState,
+    identities: Table<Identity, Pending>,
     suppressed: Family<SuppressedLabels, Counter>,
 }
 
@@ -197,17 +129,11 @@ impl Budget {
         suppressed: Family<SuppressedLabels, Counter>,
         now: Instant,
     ) -> Budget {
-        let overall_limits = Limits::new(kept, retention);
-        let identity_limits = overall_limits.share();
+        let overall_limits = flood_limits(kept, retention);
         Budget {
             overall_limits,
-            identity_limits,
             overall: Mutex::new(Bucket::full(overall_limits, now)),
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_capacity(SHARD_CAPACITY)))
-                .collect(),
-            overflow: Mutex::new(Entry::new(identity_limits, now)),
-            hasher: RandomState::new(),
+            identities: Table::new(overall_limits.share(IDENTITY_SHARE), SHARD_CAPACITY, now),
             suppressed,
         }
     }
@@ -232,9 +158,7 @@ impl Budget {
         wall: SystemTime,
     ) -> Admission {
         let cost = bytes as f64;
-        let limits = self.identity_limits;
-        let admission = self.with_entry(identity, now, |entry| {
-            entry.bucket.refill(limits, now);
+        let admission = self.identities.with_entry(identity, now, |entry, _| {
             let mut overall = self.overall.lock().unwrap_or_else(PoisonError::into_inner);
             overall.refill(self.overall_limits, now);
             let admission = if acts {
@@ -280,93 +204,30 @@ impl Budget {
         overall.tokens = (overall.tokens - bytes as f64).max(0.0);
     }
 
-    /// Runs `f` on `identity`'s entry: its own, made room for when new, or the overflow's.
-    fn with_entry<T>(
-        &self,
-        identity: &Identity,
-        now: Instant,
-        f: impl FnOnce(&mut Entry) -> T,
-    ) -> T {
-        let shard = &self.shards[self.hasher.hash_one(identity) as usize % SHARDS];
-        let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-        // The usual case, a known identity: its name is not cloned.
-        if let Some(entry) = shard.get_mut(identity) {
-            return f(entry);
-        }
-        if shard.len() >= SHARD_CAPACITY {
-            let limits = self.identity_limits;
-            let idle = shard
-                .iter_mut()
-                .find_map(|(key, entry)| entry.idle(limits, now).then(|| key.clone()));
-            if let Some(idle) = idle {
-                shard.remove(&idle);
-            }
-        }
-        if shard.len() < SHARD_CAPACITY {
-            let entry = shard
-                .entry(identity.clone())
-                .or_insert_with(|| Entry::new(self.identity_limits, now));
-            return f(entry);
-        }
-        drop(shard);
-        let mut overflow = self.overflow.lock().unwrap_or_else(PoisonError::into_inner);
-        f(&mut overflow)
-    }
-
     /// Takes, for at most `limit` identities, what they had suppressed, from those whose last
     /// summary is at least `interval` old (all of them when `interval` is zero).
     pub(super) fn take_due(&self, now: Instant, interval: Duration, limit: usize) -> Vec<Due> {
-        let mut due = Vec::new();
-        let ready = |entry: &Entry| {
-            entry.pending.events > 0
-                && entry
-                    .summarized
-                    .is_none_or(|at| now.saturating_duration_since(at) >= interval)
-        };
-        let take = |entry: &mut Entry, identity: Option<Identity>| {
-            entry.summarized = Some(now);
-            Due {
-                identity,
-                pending: std::mem::take(&mut entry.pending),
-            }
-        };
-        for shard in &self.shards {
-            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
-            for (identity, entry) in shard.iter_mut() {
-                if due.len() >= limit {
-                    return due;
-                }
-                if ready(entry) {
-                    due.push(take(entry, Some(identity.clone())));
-                }
-            }
-        }
-        let mut overflow = self.overflow.lock().unwrap_or_else(PoisonError::into_inner);
-        if due.len() < limit && ready(&overflow) {
-            due.push(take(&mut overflow, None));
-        }
-        due
+        self.identities.take_due(now, interval, limit)
     }
 }
 
-impl Due {
-    /// What the summary event reports.
-    pub(super) fn suppressed(&self) -> Suppressed {
-        Suppressed {
-            identity: self.identity.as_ref().map(|identity| match identity {
-                Identity::Unauthenticated => String::new(),
-                Identity::User(name) => name.clone(),
-            }),
-            events: self.pending.events,
-            bytes: self.pending.bytes,
-            own_budget: self.pending.own_budget,
-        }
+/// What the summary event of `due` reports.
+pub(super) fn suppressed(due: &Due) -> Suppressed {
+    Suppressed {
+        identity: due.key.as_ref().map(|identity| match identity {
+            Identity::Unauthenticated => String::new(),
+            Identity::User(name) => name.clone(),
+        }),
+        events: due.pending.events,
+        bytes: due.pending.bytes,
+        own_budget: due.pending.own_budget,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::budget::table::SHARDS;
 
     const KEPT: u64 = 9 * 1024 * 1024;
     const HOUR: Duration = Duration::from_secs(3600);
@@ -398,7 +259,7 @@ mod tests {
 
     #[test]
     fn the_limits_keep_the_kept_bytes_for_the_retention() {
-        let limits = Limits::new(KEPT, HOUR);
+        let limits = flood_limits(KEPT, HOUR);
         let written = limits.burst + (limits.rate + SUMMARY_RATE) * HOUR.as_secs_f64();
         assert!((written - KEPT as f64).abs() < 1.0, "{written}");
         assert_eq!(kept_bytes(true, 100, 4), 400 * 1024 * 1024);
@@ -477,19 +338,15 @@ mod tests {
         for i in 0..SHARDS * SHARD_CAPACITY * 2 {
             budget.charge_at(&user(&format!("u{i}")), big, false, start, wall);
         }
-        let held: usize = budget.shards.iter().map(|s| s.lock().unwrap().len()).sum();
-        assert_eq!(held, SHARDS * SHARD_CAPACITY);
-        let overflow = budget.overflow.lock().unwrap().pending.events;
-        assert!(overflow > 0);
+        assert_eq!(budget.identities.len(), SHARDS * SHARD_CAPACITY);
         let due = budget.take_due(start, Duration::ZERO, usize::MAX);
         let total: u64 = due.iter().map(|d| d.pending.events).sum();
         assert_eq!(total, (SHARDS * SHARD_CAPACITY * 2) as u64);
-        assert!(due.iter().any(|d| d.identity.is_none()));
+        assert!(due.iter().any(|d| d.key.is_none()));
         // Reported, and later full again: idle, so a new name takes a place.
         let later = start + HOUR;
         budget.charge_at(&user("newcomer"), 10, false, later, wall);
-        let shard = &budget.shards[budget.hasher.hash_one(user("newcomer")) as usize % SHARDS];
-        assert!(shard.lock().unwrap().contains_key(&user("newcomer")));
+        assert!(budget.identities.contains(&user("newcomer")));
     }
 
     #[test]
@@ -502,8 +359,8 @@ mod tests {
         }
         let due = budget.take_due(start, Duration::from_secs(60), 18);
         assert_eq!(due.len(), 1);
-        assert_eq!(due[0].suppressed().events, 2);
-        assert_eq!(due[0].suppressed().identity.as_deref(), Some("flood"));
+        assert_eq!(suppressed(&due[0]).events, 2);
+        assert_eq!(suppressed(&due[0]).identity.as_deref(), Some("flood"));
         budget.charge_at(&user("flood"), KEPT, false, start, wall);
         assert!(
             budget

@@ -121,9 +121,33 @@ pub struct AuditEvent {
     pub stage_timestamp: SystemTime,
     /// The authorization outcome; `None` when the request was not authorized at all (401, 301, 400).
     pub authorization: Option<Authorization>,
-    /// Set only on a summary event: what a flood budget kept out of the log
-    /// ([`crate::audit::budget`]).
-    pub suppressed: Option<Box<Suppressed>>,
+    /// Set only on a summary event: what it reports.
+    pub summary: Option<Box<Summary>>,
+}
+
+/// What a summary event reports, over the interval from its `requestReceivedTimestamp` to its
+/// `stageTimestamp`: many requests in one event, so that a flood is recorded without flooding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Summary {
+    /// Events a flood budget kept out of the log ([`crate::audit::budget`]).
+    Suppressed(Suppressed),
+    /// Requests of one source answered 401 without a TokenReview
+    /// ([`crate::authn::failure_budget`]).
+    ReviewsSkipped(ReviewsSkipped),
+}
+
+/// One source's bearer tokens refused without a TokenReview because its failed authentications
+/// were over budget. The source is the event's `sourceIPs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReviewsSkipped {
+    /// Requests refused so.
+    pub requests: u64,
+    /// Of those, how many because the source's own budget was spent; the rest because the
+    /// node's overall budget was.
+    pub own_budget: u64,
+    /// False for the sources beyond the budget's table, which share one budget (the event's
+    /// source is then `0.0.0.0`).
+    pub one_source: bool,
 }
 
 /// What one identity's summary event reports: its events not written, over the interval from

@@ -9,7 +9,9 @@ use http::HeaderValue;
 use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
 
-use super::event::{AuditEvent, AuditId, Authorization, ObjectRef, Suppressed};
+use super::event::{
+    AuditEvent, AuditId, Authorization, ObjectRef, ReviewsSkipped, Summary, Suppressed,
+};
 use super::utc;
 use crate::authn::User;
 use crate::authz::API_VERSION;
@@ -147,7 +149,7 @@ impl Serialize for EventJson<'_> {
                 (kept < u.groups.len()).then_some((kept, u.groups.len()))
             }),
             user_agent_omitted: (cut.user_agent || cut.minimal) && user_agent.is_some(),
-            suppressed: this.suppressed.as_deref(),
+            summary: this.summary.as_deref(),
         };
         if !annotations.is_empty() {
             event.serialize_field("annotations", &annotations)?;
@@ -166,7 +168,7 @@ pub(super) struct Annotations<'a> {
     groups: Option<(usize, usize)>,
     minimal: bool,
     user_agent_omitted: bool,
-    suppressed: Option<&'a Suppressed>,
+    summary: Option<&'a Summary>,
 }
 
 impl Annotations<'_> {
@@ -177,7 +179,7 @@ impl Annotations<'_> {
             && self.groups.is_none()
             && !self.minimal
             && !self.user_agent_omitted
-            && self.suppressed.is_none()
+            && self.summary.is_none()
     }
 }
 
@@ -209,8 +211,10 @@ impl Serialize for Annotations<'_> {
         if self.minimal {
             map.serialize_entry("kubelet-auth-proxy.io/minimal", "true")?;
         }
-        if let Some(suppressed) = self.suppressed {
-            suppressed.entries(&mut map)?;
+        match self.summary {
+            Some(Summary::Suppressed(suppressed)) => suppressed.entries(&mut map)?,
+            Some(Summary::ReviewsSkipped(skipped)) => skipped.entries(&mut map)?,
+            None => {}
         }
         if self.user_agent_omitted {
             map.serialize_entry("kubelet-auth-proxy.io/user-agent-omitted", "true")?;
@@ -364,6 +368,32 @@ impl Authorization {
             Authorization::Forbid(_) => map.serialize_entry(DECISION, "forbid"),
             Authorization::Error => Ok(()),
         }
+    }
+}
+
+impl ReviewsSkipped {
+    /// A summary event's annotations, keys in sorted order.
+    pub(super) fn entries<M: serde::ser::SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        map.serialize_entry(
+            "kubelet-auth-proxy.io/reviews-skipped",
+            &self.requests.to_string(),
+        )?;
+        let reason = match (
+            self.own_budget,
+            self.requests - self.own_budget.min(self.requests),
+        ) {
+            (0, _) => "overall_budget",
+            (_, 0) => "source_budget",
+            _ => "source_budget,overall_budget",
+        };
+        map.serialize_entry("kubelet-auth-proxy.io/reviews-skipped-reason", reason)?;
+        if !self.one_source {
+            map.serialize_entry(
+                "kubelet-auth-proxy.io/reviews-skipped-source",
+                "(sources beyond the table)",
+            )?;
+        }
+        Ok(())
     }
 }
 

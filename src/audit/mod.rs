@@ -17,9 +17,13 @@ mod rotate;
 mod summary;
 mod writer;
 
-pub use event::{AuditEvent, AuditId, AuditIdError, Authorization, ObjectRef, Stage, Suppressed};
+pub use event::{
+    AuditEvent, AuditId, AuditIdError, Authorization, ObjectRef, ReviewsSkipped, Stage, Summary,
+    Suppressed,
+};
 pub use json::MIN_EVENT_BOUND;
 pub use rotate::Rotation;
+pub use summary::reviews_skipped_event;
 pub use writer::{AuditLog, AuditOptions, AuditTarget, check_file_target};
 
 /// `time` as a date and time of day in UTC. Go's formatting is proleptic Gregorian whatever the

@@ -3,7 +3,8 @@
 //! bytes, why, and over which interval (`requestReceivedTimestamp` to `stageTimestamp`): at most
 //! one per identity per [`INTERVAL`], and at most [`PER_MINUTE`] a minute in all, so summaries
 //! cannot become a flood of their own. What is still pending when the log closes is summarized
-//! then, whatever those limits.
+//! then, whatever those limits. [`reviews_skipped_event`] is the summary of another budget's
+//! refusals, written by its owner.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
@@ -11,8 +12,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use http::Uri;
 
-use super::budget::{Budget, Due, Identity};
-use super::event::{AuditEvent, AuditId, Stage};
+use super::budget::{Budget, Due, Identity, suppressed};
+use super::event::{AuditEvent, AuditId, ReviewsSkipped, Stage, Summary};
 use crate::authn::User;
 
 /// Shortest time between two summaries of one identity.
@@ -64,7 +65,7 @@ fn events(due: Vec<Due>) -> Vec<AuditEvent> {
 
 /// The summary event of `due`, up to `until`; `None` when no audit ID can be had.
 pub(super) fn event(due: &Due, until: SystemTime) -> Option<AuditEvent> {
-    let user = match &due.identity {
+    let user = match &due.key {
         Some(Identity::User(name)) => Some(Arc::new(User {
             name: name.clone(),
             ..User::default()
@@ -84,6 +85,32 @@ pub(super) fn event(due: &Due, until: SystemTime) -> Option<AuditEvent> {
         request_received: due.pending.since.unwrap_or(until),
         stage_timestamp: until,
         authorization: None,
-        suppressed: Some(Box::new(due.suppressed())),
+        summary: Some(Box::new(Summary::Suppressed(suppressed(due)))),
+    })
+}
+
+/// The summary event of a source's requests answered 401 without a TokenReview from `since` to
+/// `until` ([`crate::authn::failure_budget`]); `source` is `None` for the sources beyond the
+/// budget's table. `None` when no audit ID can be had.
+pub fn reviews_skipped_event(
+    source: Option<IpAddr>,
+    skipped: ReviewsSkipped,
+    since: SystemTime,
+    until: SystemTime,
+) -> Option<AuditEvent> {
+    Some(AuditEvent {
+        id: AuditId::random().ok()?,
+        stage: Stage::ResponseComplete,
+        request_uri: Uri::from_static("/"),
+        verb: "",
+        user: None,
+        source_ip: source.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        user_agent: None,
+        object_ref: None,
+        response_code: 401,
+        request_received: since,
+        stage_timestamp: until,
+        authorization: None,
+        summary: Some(Box::new(Summary::ReviewsSkipped(skipped))),
     })
 }

@@ -91,7 +91,7 @@ fn sample(uri: &str) -> AuditEvent {
         authorization: Some(Authorization::Allow(Reason::Static(
             "RBAC: allowed by ClusterRoleBinding \"node-proxier\"",
         ))),
-        suppressed: None,
+        summary: None,
     }
 }
 

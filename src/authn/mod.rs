@@ -6,6 +6,7 @@
 //! then (later) bearer tokens; errors do not stop later authenticators, but any error prevents the
 //! anonymous fallback, so a bad credential is a 401 even when anonymous access is on.
 
+pub mod failure_budget;
 pub mod jwt;
 pub mod service_account_keys;
 mod subject_string;
@@ -13,6 +14,7 @@ pub mod token;
 pub mod x509;
 
 use std::collections::BTreeMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use http::{HeaderMap, Version};
@@ -173,6 +175,11 @@ impl Authenticator {
         }
     }
 
+    /// The budget of failed token reviews, when tokens are reviewed.
+    pub fn failure_budget(&self) -> Option<&Arc<failure_budget::FailureBudget>> {
+        self.tokens.as_ref().map(|tokens| tokens.failure_budget())
+    }
+
     /// Whether the request carries a bearer token (in `Authorization` or a WebSocket
     /// subprotocol) that nothing here checks because token authentication is off: such a
     /// request is unauthenticated (or anonymous), which logs should say rather than "no
@@ -185,10 +192,11 @@ impl Authenticator {
                         .any(|p| crate::request::wire::bearer_protocol_token(p).is_some())))
     }
 
-    /// Authenticates one request of a connection at `now_secs` (Unix seconds).
+    /// Authenticates one request of a connection from `source` at `now_secs` (Unix seconds).
     pub async fn authenticate(
         &self,
         connection: &ConnectionIdentity,
+        source: IpAddr,
         version: Version,
         headers: &HeaderMap,
         now_secs: i64,
@@ -224,7 +232,7 @@ impl Authenticator {
                 match presented {
                     Presented::Nothing => {}
                     Presented::Invalid(reason) => error = Some(reason.to_owned()),
-                    Presented::Token(token) => match tokens.authenticate(&token).await {
+                    Presented::Token(token) => match tokens.authenticate(&token, source).await {
                         TokenOutcome::User(user) => return Authentication::User(user),
                         TokenOutcome::Failed(reason) => error = Some(reason),
                     },

@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use http::{HeaderMap, Version};
 use k8s_openapi::api::authentication::v1::{TokenReviewSpec, TokenReviewStatus};
 
 use super::User;
+use super::failure_budget::{FailureBudget, Spent};
 use super::jwt::Rejection;
 use super::service_account_keys::{LocalCheck, ServiceAccountKeys};
 use crate::admin::metrics::{Metrics, ReviewKind};
@@ -130,6 +132,8 @@ pub struct TokenReviewAuthenticator {
     key: ring::hmac::Key,
     /// Service-account tokens checked on the node before their review.
     local: Option<Arc<ServiceAccountKeys>>,
+    /// Reviews of tokens the node could not check, budgeted per source.
+    failures: Arc<FailureBudget>,
 }
 
 impl std::fmt::Debug for TokenReviewAuthenticator {
@@ -158,6 +162,7 @@ impl TokenReviewAuthenticator {
         Ok(TokenReviewAuthenticator {
             client,
             audiences,
+            failures: Arc::new(FailureBudget::new(metrics.token_reviews_skipped())),
             cache: ReviewCache::new(
                 ReviewKind::TokenReview,
                 MAX_CACHED_TOKENS,
@@ -176,11 +181,19 @@ impl TokenReviewAuthenticator {
         self
     }
 
-    /// Checks `token`: from the cache, or with one TokenReview shared by every concurrent check of
-    /// the same token.
-    pub async fn authenticate(&self, token: &str) -> TokenOutcome {
+    /// The budget of failed reviews, for [`FailureBudget::report`].
+    pub fn failure_budget(&self) -> &Arc<FailureBudget> {
+        &self.failures
+    }
+
+    /// Checks `token`, presented from `source`: from the cache, or with one TokenReview shared by
+    /// every concurrent check of the same token.
+    pub async fn authenticate(&self, token: &str, source: IpAddr) -> TokenOutcome {
         let key = token_cache_key(&self.key, token, &self.audiences);
-        let reviewed = self.cache.get_or_review(key, || self.review(token)).await;
+        let reviewed = self
+            .cache
+            .get_or_review(key, || self.review(token, source))
+            .await;
         match reviewed {
             Ok(Some(user)) => TokenOutcome::User(user),
             Ok(None) => TokenOutcome::Failed("invalid bearer token".into()),
@@ -189,28 +202,50 @@ impl TokenReviewAuthenticator {
     }
 
     /// One TokenReview, turned into a cacheable answer (user or plain rejection) or an error
-    /// (never cached): the call failed, or the API server rejected the token with an error text.
+    /// (never cached): the call failed, the API server rejected the token with an error text,
+    /// the node refused a forged service-account token, or `source` is over its failure budget.
     /// The future owns its spec, so a refresh ahead can run it in the background.
     fn review(
         &self,
         token: &str,
+        source: IpAddr,
     ) -> impl Future<Output = Result<Reviewed, ReviewError>> + Send + 'static {
         let spec = TokenReviewSpec {
             token: token.to_owned(),
             audiences: (!self.audiences.is_empty()).then(|| self.audiences.clone()),
         };
         let (client, audiences) = (self.client.clone(), self.audiences.clone());
-        let local = self.local.clone();
+        let (local, failures) = (self.local.clone(), Arc::clone(&self.failures));
         async move {
-            if let Some(local) = local
-                && let LocalCheck::Refused(rejection) = local.check(&spec.token).await
-            {
-                return Err(ReviewError::Refused(rejection));
+            let check = match local {
+                Some(local) => local.check(&spec.token).await,
+                None => LocalCheck::Undecided,
+            };
+            let reservation = match check {
+                LocalCheck::Refused(rejection) => return Err(ReviewError::Refused(rejection)),
+                // Signed by the issuer: not a forgery, so its review is never budgeted.
+                LocalCheck::Verified => None,
+                LocalCheck::Undecided => Some(
+                    failures
+                        .reserve(source)
+                        .await
+                        .map_err(ReviewError::OverBudget)?,
+                ),
+            };
+            let reviewed = match client.token_review(spec).await {
+                Ok(status) => user_from_token_review(status, &audiences)
+                    .map(|user| user.map(Arc::new))
+                    .map_err(ReviewError::Rejected),
+                Err(e) => Err(ReviewError::Call(e)),
+            };
+            if let Some(reservation) = reservation {
+                if matches!(reviewed, Ok(Some(_)) | Err(ReviewError::Call(_))) {
+                    reservation.refund();
+                } else {
+                    reservation.charge();
+                }
             }
-            let status = client.token_review(spec).await?;
-            user_from_token_review(status, &audiences)
-                .map(|user| user.map(Arc::new))
-                .map_err(ReviewError::Rejected)
+            reviewed
         }
     }
 }
@@ -266,6 +301,9 @@ enum ReviewError {
     /// Refused on the node, never sent: a forged or stale service-account token.
     #[error("{}", .0.reason())]
     Refused(Rejection),
+    /// Not sent: the source's failed authentications are over budget.
+    #[error("{}", .0.reason())]
+    OverBudget(Spent),
 }
 
 #[cfg(test)]

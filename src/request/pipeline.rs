@@ -265,7 +265,7 @@ impl Pipeline {
             request_received: start.received,
             stage_timestamp: SystemTime::now(),
             authorization: handled.authorization.take(),
-            suppressed: None,
+            summary: None,
         };
         let completion = (stream && kept.contains(Stage::ResponseComplete))
             .then(|| (audit.clone(), event.clone()));
@@ -292,6 +292,7 @@ impl Pipeline {
                 || {
                     self.authenticator.authenticate(
                         identity,
+                        peer.ip(),
                         req.version(),
                         req.headers(),
                         unix_now(),

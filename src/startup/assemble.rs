@@ -155,6 +155,9 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         }),
         None => None,
     };
+    if let Some(failures) = authenticator.failure_budget() {
+        tokio::spawn(Arc::clone(failures).report(audit.clone(), shutdown.draining().clone()));
+    }
     Ok(Services {
         listen_addresses: settings.listen_addresses,
         listen_retry_timeout: settings.listen_retry_timeout,

@@ -20,6 +20,7 @@ mod credentials;
 mod deadlines;
 mod delegated;
 mod explain;
+mod failure_budget;
 mod fleet;
 mod forged_tokens;
 mod forwarding;

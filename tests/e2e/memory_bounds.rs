@@ -5,7 +5,9 @@
 //! the real binary is sent tens of thousands of distinct tokens, pipelined over many connections,
 //! with the stand-in API server answering at once: quietly rejected tokens (the answer the token
 //! cache keeps, T2) and tokens of ever new users (kept by both caches, each user also making a
-//! SubjectAccessReview). A first round overflows both caps; the resident memory it leaves is the
+//! SubjectAccessReview). They are service-account tokens the node verifies, the rejected ones
+//! of deleted pods: tokens it cannot verify would be refused without a review once their
+//! source's failures are over budget (failure_budget.rs), and never reach the caches. A first round overflows both caps; the resident memory it leaves is the
 //! plateau; further rounds, each again more distinct tokens than the token cache holds, must not
 //! raise it by more than a bound smaller than what keeping their entries would cost. The exact
 //! entry count is checked in `src/apiserver/cache.rs` (`a_million_keys_never_exceed_the_cap`),
@@ -17,8 +19,10 @@ use std::time::Duration;
 
 use http::StatusCode;
 
+use crate::support::apiserver::issuer::service_account_claims;
 use crate::support::apiserver::{ApiServer, Flavour, Kind, TokenUser, Verdict};
 use crate::support::client::{Client, Identity, Reply, empty, request};
+use crate::support::eventually;
 use crate::support::pki::CertSpec;
 use crate::support::standalone::Standalone;
 
@@ -33,13 +37,13 @@ async fn round(
     client: &Client,
     first: usize,
     count: usize,
-    make: fn(usize) -> String,
+    tokens: &Arc<Vec<String>>,
 ) -> (usize, usize) {
     let next = Arc::new(AtomicUsize::new(first));
     let end = first + count;
     let mut senders = tokio::task::JoinSet::new();
     for _ in 0..CONNECTIONS {
-        let (client, next) = (client.clone(), Arc::clone(&next));
+        let (client, next, tokens) = (client.clone(), Arc::clone(&next), Arc::clone(tokens));
         senders.spawn(async move {
             let mut conn = client.connect().await.unwrap();
             let (mut refused, mut served) = (0, 0);
@@ -49,7 +53,7 @@ async fn round(
                     return (refused, served);
                 }
                 let req = request("GET", "/pods")
-                    .header("authorization", format!("Bearer {}", make(i)))
+                    .header("authorization", format!("Bearer {}", tokens[i]))
                     .body(empty())
                     .unwrap();
                 let reply = Reply::read(conn.send(req).await.unwrap()).await.unwrap();
@@ -74,23 +78,49 @@ async fn round(
     totals.unwrap_or_else(|_| panic!("{count} tokens not sent within {ROUND_BOUND:?}"))
 }
 
-/// Every third token is a new user's (`good-<i>`), the others are rejected quietly (`bad-<i>`).
-fn mixed(i: usize) -> String {
-    if i.is_multiple_of(3) {
-        format!("good-{i}")
-    } else {
-        format!("bad-{i}")
-    }
+/// Every third token is a new user's (`good-<i>`), the others are rejected quietly (`bad-<i>`):
+/// service-account tokens of those names, signed by the stand-in's issuer.
+fn mixed(api: &ApiServer, first: usize, count: usize) -> Arc<Vec<String>> {
+    let tokens = (0..first + count)
+        .map(|i| {
+            if i < first {
+                return String::new();
+            }
+            let name = if i.is_multiple_of(3) {
+                format!("good-{i}")
+            } else {
+                format!("bad-{i}")
+            };
+            api.sign_token(&service_account_claims("flood", &name), None)
+        })
+        .collect();
+    Arc::new(tokens)
 }
 
-/// The binary reviewing with a stand-in that answers `good-<n>` as user `user-<n>` (allowed)
-/// and every other token with a quiet rejection.
+/// The service account a token names, from its (unverified) claims.
+fn account(token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let claims = token.split('.').nth(1)?;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(claims)
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&claims).ok()?;
+    claims["sub"].as_str().map(str::to_owned)
+}
+
+/// The binary reviewing with a stand-in that answers the account `good-<n>` as user `user-<n>`
+/// (allowed) and every other token with a quiet rejection; it holds the issuer's keys.
 async fn flooded_proxy() -> (ApiServer, Standalone) {
     let api = ApiServer::start().await;
-    api.set_token_rule(|token| match token.strip_prefix("good-") {
-        Some(n) => Ok(TokenUser::new(&format!("user-{n}"))),
-        // Not authenticated, without an error: the answer the token cache keeps (T2).
-        None => Err(String::new()),
+    api.set_token_rule(|token| {
+        match account(token)
+            .as_deref()
+            .and_then(|account| account.strip_prefix("system:serviceaccount:flood:good-"))
+        {
+            Some(n) => Ok(TokenUser::new(&format!("user-{n}"))),
+            // Not authenticated, without an error: the answer the token cache keeps (T2).
+            None => Err(String::new()),
+        }
     });
     api.set_rules(|_| Verdict::allow());
     let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
@@ -105,6 +135,14 @@ async fn flooded_proxy() -> (ApiServer, Standalone) {
         "json",
     )
     .await;
+    eventually("the issuer's keys fetched", || async {
+        (proxy
+            .metric("kubelet_auth_proxy_service_account_keys", &[])
+            .await
+            > 0.0)
+            .then_some(())
+    })
+    .await;
     (api, proxy)
 }
 
@@ -115,7 +153,8 @@ async fn flood(proxy: &Standalone, api: &ApiServer, rounds: usize, per_round: us
     let alice = proxy.client(Identity::of(&proxy.ca.issue(&CertSpec::client("alice"))));
     let mut rss = Vec::new();
     for r in 0..rounds {
-        let (refused, served) = round(&client, r * per_round, per_round, mixed).await;
+        let tokens = mixed(api, r * per_round, per_round);
+        let (refused, served) = round(&client, r * per_round, per_round, &tokens).await;
         let users = (r * per_round..(r + 1) * per_round)
             .filter(|i| i.is_multiple_of(3))
             .count();

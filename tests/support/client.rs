@@ -179,6 +179,8 @@ pub struct Client {
     /// [`Client::for_name`] says otherwise.
     server_name: ServerName<'static>,
     asked: Arc<AtomicBool>,
+    /// The local address connections come from, when not the system's choice.
+    source: Option<std::net::IpAddr>,
 }
 
 impl Client {
@@ -226,7 +228,15 @@ impl Client {
             addr,
             server_name: ServerName::from(addr.ip()),
             asked,
+            source: None,
         }
+    }
+
+    /// Connects from `source` (e.g. `127.0.0.2`: all of 127/8 is loopback on Linux), so the
+    /// proxy sees another client address.
+    pub fn connecting_from(mut self, source: std::net::IpAddr) -> Client {
+        self.source = Some(source);
+        self
     }
 
     /// Verifies the server's certificate for `name` instead of the address, as a client that
@@ -244,7 +254,18 @@ impl Client {
     /// Opens a TLS connection and an HTTP connection on it, by the protocol ALPN chose.
     pub async fn connect(&self) -> Result<Connection, Error> {
         within("connecting to the proxy", async {
-            let tcp = TcpStream::connect(self.addr).await?;
+            let tcp = match self.source {
+                None => TcpStream::connect(self.addr).await?,
+                Some(source) => {
+                    let socket = if source.is_ipv4() {
+                        tokio::net::TcpSocket::new_v4()?
+                    } else {
+                        tokio::net::TcpSocket::new_v6()?
+                    };
+                    socket.bind(SocketAddr::new(source, 0))?;
+                    socket.connect(self.addr).await?
+                }
+            };
             let tls = TlsConnector::from(Arc::clone(&self.config))
                 .connect(self.server_name.clone(), tcp)
                 .await?;
