@@ -98,11 +98,6 @@ impl<K: Eq + Hash + Clone, P: Pending> Table<K, P> {
         }
     }
 
-    /// Each key's bucket size and rate.
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
     /// Runs `f` on `key`'s entry, its bucket refilled to `now`: its own, made room for when new,
     /// or the overflow's; `f` is told which.
     pub fn with_entry<T>(
@@ -195,20 +190,17 @@ impl<K: Eq + Hash + Clone, P: Pending> Table<K, P> {
     }
 
     /// How many keys have an entry of their own.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.shards
             .iter()
             .map(|shard| shard.lock().unwrap_or_else(PoisonError::into_inner).len())
             .sum()
     }
 
-    /// Whether no key has an entry of its own.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Whether `key` has an entry of its own.
-    pub fn contains(&self, key: &K) -> bool {
+    #[cfg(test)]
+    pub(crate) fn contains(&self, key: &K) -> bool {
         self.shards[self.hasher.hash_one(key) as usize % SHARDS]
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
