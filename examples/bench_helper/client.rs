@@ -178,18 +178,7 @@ pub async fn open_http1_from(
     timeout: Duration,
 ) -> anyhow::Result<SendRequest<Empty<Bytes>>> {
     let opening = async {
-        let tcp = match source {
-            None => TcpStream::connect(addr).await?,
-            Some(source) => {
-                let socket = if source.is_ipv4() {
-                    tokio::net::TcpSocket::new_v4()?
-                } else {
-                    tokio::net::TcpSocket::new_v6()?
-                };
-                socket.bind(SocketAddr::new(source, 0))?;
-                socket.connect(addr).await?
-            }
-        };
+        let tcp = crate::support::client::connect_from(source, addr).await?;
         tcp.set_nodelay(true)?;
         let tls = tls.connect(name, tcp).await?;
         let (sender, conn) = http1::handshake(TokioIo::new(tls)).await?;

@@ -72,21 +72,13 @@ pub(super) fn event(due: &Due, until: SystemTime) -> Option<AuditEvent> {
         })),
         _ => None,
     };
-    Some(AuditEvent {
-        id: AuditId::random().ok()?,
-        stage: Stage::ResponseComplete,
-        request_uri: Uri::from_static("/"),
-        verb: "",
-        user,
-        source_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        user_agent: None,
-        object_ref: None,
-        response_code: 0,
-        request_received: due.pending.since.unwrap_or(until),
-        stage_timestamp: until,
-        authorization: None,
-        summary: Some(Box::new(Summary::Suppressed(suppressed(due)))),
-    })
+    let mut event = summary_event(
+        Summary::Suppressed(suppressed(due)),
+        due.pending.since.unwrap_or(until),
+        until,
+    )?;
+    event.user = user;
+    Some(event)
 }
 
 /// The summary event of a source's requests answered 401 without a TokenReview from `since` to
@@ -98,19 +90,30 @@ pub fn reviews_skipped_event(
     since: SystemTime,
     until: SystemTime,
 ) -> Option<AuditEvent> {
+    let mut event = summary_event(Summary::ReviewsSkipped(skipped), since, until)?;
+    if let Some(source) = source {
+        event.source_ip = source;
+    }
+    event.response_code = 401;
+    Some(event)
+}
+
+/// An event reporting `summary` over `since` to `until`: no request of its own (`requestURI`
+/// `/`, no verb, user, source or status); `None` when no audit ID can be had.
+fn summary_event(summary: Summary, since: SystemTime, until: SystemTime) -> Option<AuditEvent> {
     Some(AuditEvent {
         id: AuditId::random().ok()?,
         stage: Stage::ResponseComplete,
         request_uri: Uri::from_static("/"),
         verb: "",
         user: None,
-        source_ip: source.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+        source_ip: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         user_agent: None,
         object_ref: None,
-        response_code: 401,
+        response_code: 0,
         request_received: since,
         stage_timestamp: until,
         authorization: None,
-        summary: Some(Box::new(Summary::ReviewsSkipped(skipped))),
+        summary: Some(Box::new(summary)),
     })
 }

@@ -18,7 +18,6 @@ use crate::support::apiserver::issuer::service_account_claims;
 use crate::support::apiserver::{ApiServer, Kind, TokenUser};
 use crate::support::client::Client;
 use crate::support::harness::{Harness, ProxySpec};
-use crate::support::metrics::total;
 
 const SKIPPED: &str = "kubelet_auth_proxy_token_reviews_skipped_total";
 
@@ -44,11 +43,7 @@ async fn random_tokens(client: &Client, count: usize, tag: &str) {
 }
 
 async fn metric(h: &Harness, budget: &str) -> f64 {
-    total(
-        &h.admin_get("/metrics").await.text(),
-        SKIPPED,
-        &[("budget", budget)],
-    )
+    h.metric(SKIPPED, &[("budget", budget)]).await
 }
 
 /// The audit events of the log file in `dir`.
@@ -99,15 +94,7 @@ async fn a_flooding_source_costs_its_budget_and_valid_tokens_are_still_served() 
         &prometheus,
         TokenUser::new("system:serviceaccount:monitoring:prometheus"),
     );
-    crate::support::eventually("the issuer's keys fetched", || async {
-        (total(
-            &h.admin_get("/metrics").await.text(),
-            "kubelet_auth_proxy_service_account_keys",
-            &[],
-        ) > 0.0)
-            .then_some(())
-    })
-    .await;
+    h.wait_for_issuer_keys().await;
     let reply = flooder.get_with_token("/pods", &prometheus).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(api.arrivals(Kind::TokenReview), reviews + 2);

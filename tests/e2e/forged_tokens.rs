@@ -16,24 +16,15 @@ use crate::support::apiserver::issuer::{ISSUER, service_account_claims};
 use crate::support::apiserver::{ApiServer, Kind, TokenUser};
 use crate::support::eventually;
 use crate::support::harness::{Harness, ProxySpec};
-use crate::support::metrics::total;
 
 /// A proxy checking bearer tokens with `api`, allowing whoever is authenticated.
 async fn proxy(api: &ApiServer, extra: &[&str]) -> Harness {
     let mut args = vec!["--authentication-token-webhook"];
     args.extend_from_slice(extra);
     let h = ProxySpec::always_allow(&args).apiserver(api).start().await;
-    eventually("the issuer's keys fetched", || async {
-        (api.jwks_fetches() > 0
-            && metric(&h, "kubelet_auth_proxy_service_account_keys", &[]).await > 0.0)
-            .then_some(())
-    })
-    .await;
+    h.wait_for_issuer_keys().await;
+    assert!(api.jwks_fetches() > 0);
     h
-}
-
-async fn metric(h: &Harness, name: &str, labels: &[(&str, &str)]) -> f64 {
-    total(&h.admin_get("/metrics").await.text(), name, labels)
 }
 
 /// `GET /pods` with `token`: the status.
@@ -112,8 +103,7 @@ async fn forged_service_account_tokens_are_refused_without_a_token_review() {
             );
         }
         assert_eq!(
-            metric(
-                &h,
+            h.metric(
                 "kubelet_auth_proxy_tokens_refused_locally_total",
                 &[("reason", reason)]
             )
@@ -223,8 +213,7 @@ async fn without_the_issuers_keys_every_token_goes_to_token_review_as_before() {
         .start()
         .await;
     eventually("a failed fetch of the issuer's keys", || async {
-        (metric(
-            &h,
+        (h.metric(
             "kubelet_auth_proxy_service_account_key_fetches_total",
             &[("result", "failed")],
         )

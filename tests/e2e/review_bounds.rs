@@ -12,7 +12,7 @@ use crate::support::apiserver::issuer::service_account_claims;
 use crate::support::apiserver::{ApiServer, Kind, TokenUser, Verdict};
 use crate::support::client::{Client, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
-use crate::support::{eventually, within};
+use crate::support::within;
 
 const IN_FLIGHT: &str = "kubelet_auth_proxy_apiserver_reviews_in_flight";
 const WAITING: &str = "kubelet_auth_proxy_apiserver_reviews_waiting";
@@ -133,13 +133,7 @@ async fn token_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
         .collect();
     api.add_token("tok-late", TokenUser::new("late"));
     let h = proxy(&api, "--authorization-mode=AlwaysAllow").await;
-    eventually("the issuer's keys fetched", || async {
-        (h.metric("kubelet_auth_proxy_service_account_keys", &[])
-            .await
-            > 0.0)
-            .then_some(())
-    })
-    .await;
+    h.wait_for_issuer_keys().await;
     flood(&h, &api, Kind::TokenReview, &|i| Some(tokens[i].clone())).await;
     // Afterwards a new token is reviewed and served as usual.
     assert_eq!(get(&h.anonymous(), Some("tok-late")).await, StatusCode::OK);

@@ -170,6 +170,24 @@ pub const ANY_TLS: &[&SupportedProtocolVersion] =
 /// TLS 1.2 only.
 pub const TLS12_ONLY: &[&SupportedProtocolVersion] = &[&rustls::version::TLS12];
 
+/// A TCP connection to `addr` from the local address `source` when given (any of 127/8 is
+/// loopback on Linux, so a server sees another client address), else from the system's choice.
+pub async fn connect_from(
+    source: Option<std::net::IpAddr>,
+    addr: SocketAddr,
+) -> std::io::Result<TcpStream> {
+    let Some(source) = source else {
+        return TcpStream::connect(addr).await;
+    };
+    let socket = if source.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.bind(SocketAddr::new(source, 0))?;
+    socket.connect(addr).await
+}
+
 /// A TLS client of one server, trusting one root.
 #[derive(Clone)]
 pub struct Client {
@@ -254,18 +272,7 @@ impl Client {
     /// Opens a TLS connection and an HTTP connection on it, by the protocol ALPN chose.
     pub async fn connect(&self) -> Result<Connection, Error> {
         within("connecting to the proxy", async {
-            let tcp = match self.source {
-                None => TcpStream::connect(self.addr).await?,
-                Some(source) => {
-                    let socket = if source.is_ipv4() {
-                        tokio::net::TcpSocket::new_v4()?
-                    } else {
-                        tokio::net::TcpSocket::new_v6()?
-                    };
-                    socket.bind(SocketAddr::new(source, 0))?;
-                    socket.connect(self.addr).await?
-                }
-            };
+            let tcp = connect_from(self.source, self.addr).await?;
             let tls = TlsConnector::from(Arc::clone(&self.config))
                 .connect(self.server_name.clone(), tcp)
                 .await?;

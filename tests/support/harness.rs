@@ -381,6 +381,19 @@ impl Harness {
         metrics::total(&exposition.text(), metric, labels)
     }
 
+    /// Waits until the proxy holds the service-account issuer's keys, so tokens are checked on
+    /// the node from then on.
+    pub async fn wait_for_issuer_keys(&self) {
+        crate::support::eventually("the issuer's keys fetched", || async {
+            (self
+                .metric("kubelet_auth_proxy_service_account_keys", &[])
+                .await
+                > 0.0)
+                .then_some(())
+        })
+        .await;
+    }
+
     /// The serving certificate the proxy was started with.
     pub fn serving(&self) -> &Issued {
         &self.serving
