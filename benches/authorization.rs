@@ -20,21 +20,24 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::runtime::Runtime;
 
-use kubelet_auth_proxy::admin::metrics::{Metrics, Outcome, RequestLabels, ReviewKind};
 use kubelet_auth_proxy::apiserver::cache::{KeyHasher, ReviewCache, random_hmac_key};
 use kubelet_auth_proxy::apiserver::{ApiServerClient, ApiServerSettings};
+use kubelet_auth_proxy::apiserver::{ApiServerMetrics, ReviewKind};
 use kubelet_auth_proxy::authn::User;
 use kubelet_auth_proxy::authn::token::token_cache_key;
 use kubelet_auth_proxy::authz::attributes::{AttributeMapping, kubelet_attributes};
 use kubelet_auth_proxy::authz::match_conditions::MatchConditions;
+use kubelet_auth_proxy::authz::metrics::AuthzMetrics;
 use kubelet_auth_proxy::authz::node::NodeAuthorizer;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
 use kubelet_auth_proxy::authz::webhook::{SubjectAccessReviewAuthorizer, review_cache_key};
 use kubelet_auth_proxy::authz::{Attributes, Authorizer, AuthorizerChain, Decision};
+use kubelet_auth_proxy::base::reload::Reloadable;
 use kubelet_auth_proxy::config::authorization::{FailurePolicy, WebhookSpec};
 use kubelet_auth_proxy::request::canonical_path::{PathCheck, check_path};
 use kubelet_auth_proxy::request::decision::{RequestDecision, Unobserved, authorize_request};
-use kubelet_auth_proxy::startup::reload::Reloadable;
+use kubelet_auth_proxy::request::metrics::{RequestLabels, RequestMetrics};
+use kubelet_auth_proxy::request::outcome::Outcome;
 
 /// The node the proxy guards in every benchmark.
 const NODE: &str = "node-a";
@@ -329,7 +332,7 @@ fn review_cache(c: &mut Criterion) {
         ReviewKind::SubjectAccessReview,
         8192,
         |_| Duration::from_secs(300),
-        Arc::new(Metrics::new()),
+        Arc::new(ApiServerMetrics::default()),
     );
     let warm = review_cache_key(&attrs);
     runtime.block_on(async {
@@ -445,14 +448,13 @@ fn webhook_cache_hit(c: &mut Criterion) {
             match_conditions: MatchConditions::compile(conditions.iter().copied())
                 .expect("the documentation's conditions compile"),
         };
-        let metrics = Arc::new(Metrics::new());
         let authorizer = runtime.block_on(async {
             let settings =
                 ApiServerSettings::read(Some(&path), spec.timeout).expect("the kubeconfig loads");
             SubjectAccessReviewAuthorizer::new(
-                ApiServerClient::new(settings, 16, Arc::clone(&metrics)),
+                ApiServerClient::new(settings, 16, Arc::new(ApiServerMetrics::default())),
                 &spec,
-                metrics,
+                &AuthzMetrics::default(),
             )
         });
         let reviewed = reviews.load(Ordering::Relaxed);
@@ -550,7 +552,7 @@ fn whole_request(c: &mut Criterion) {
 /// (`request_decision_duration_seconds`), side by side: the second is what every allowed request
 /// pays.
 fn request_metrics(c: &mut Criterion) {
-    let metrics = Metrics::new();
+    let metrics = RequestMetrics::default();
     let labels = RequestLabels {
         code: 200,
         decision: Outcome::Allowed,

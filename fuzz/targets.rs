@@ -22,11 +22,11 @@ use kubelet_auth_proxy::authz::pod_attributes::pod_attributes;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
 use kubelet_auth_proxy::authz::webhook::decision_from_review;
 use kubelet_auth_proxy::authz::{Attributes, Decision};
+use kubelet_auth_proxy::base::reload::Reloadable;
 use kubelet_auth_proxy::config::authorization;
 use kubelet_auth_proxy::config::file::expand;
 use kubelet_auth_proxy::config::flags::ProxyFlags;
 use kubelet_auth_proxy::request::canonical_path::{MAX_PATH_LEN, PathCheck, PathError, check_path};
-use kubelet_auth_proxy::startup::reload::Reloadable;
 use rustls_pki_types::{CertificateDer, UnixTime};
 
 /// The methods tried on every canonical path: the five the kubelet maps to verbs, two it maps to

@@ -87,7 +87,7 @@ pub mod apiserver;
 pub mod audit;
 pub mod authn;
 pub mod authz;
-pub mod budget;
+pub mod base;
 pub mod config;
 pub mod forward;
 pub mod request;
@@ -99,8 +99,8 @@ pub mod tls;
 pub mod tools;
 
 pub use config::{ConfigError, Settings};
-pub use server::{RunningProxy, StartError, start};
-pub use startup::assemble::{Services, assemble};
+pub use server::{RunningProxy, Services, StartError, start};
+pub use startup::assemble::assemble;
 
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully, telling systemd (when it started
 /// the proxy as a `Type=notify` service) when serving begins and when draining starts. On
@@ -111,7 +111,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
     let mut upgrade =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
     let successor = server::handover::Successor::of_this_process();
-    let metrics = std::sync::Arc::clone(&config.metrics);
+    let generation = config.metrics.server.generation().clone();
     let mut proxy = start(config).await?;
     // A process taking over tells the old one, which then names it to systemd.
     if !server::handover::report_ready()
@@ -133,7 +133,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                 let successor = match &successor {
                     Ok(successor) => successor,
                     Err(e) => {
-                        metrics.generation().handover_failed("spawn");
+                        generation.handover_failed("spawn");
                         tracing::warn!(error = %e, "SIGUSR2: cannot tell which executable this process was started from; going on serving");
                         continue;
                     }
@@ -153,7 +153,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                 };
                 match started {
                     Ok(pid) => {
-                        metrics.generation().handed_over();
+                        generation.handed_over();
                         tracing::info!(pid, "the new process serves; draining this one");
                         if let Err(e) = server::systemd::notify_main_pid(pid) {
                             tracing::warn!(error = %e, "cannot tell systemd the new main process");
@@ -161,7 +161,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                         break;
                     }
                     Err(e) => {
-                        metrics.generation().handover_failed(e.cause());
+                        generation.handover_failed(e.cause());
                         tracing::warn!(error = %e, "SIGUSR2: upgrade in place failed");
                         // The new process may have taken the paths of --admin-socket and
                         // --handover-socket before failing.

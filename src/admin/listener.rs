@@ -1,5 +1,6 @@
 //! The admin listener: `/healthz` (the process serves), `/readyz` (it accepts kubelet API traffic)
-//! and `/metrics`, in plain HTTP, meant for loopback and node-local probes.
+//! and `/metrics` (the one registry every layer registered its metrics in), in plain HTTP, meant
+//! for loopback and node-local probes.
 
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
@@ -19,8 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::admin::metrics::Metrics;
-use crate::authz::live_rbac::RbacAuthorizer;
+use prometheus_client::registry::Registry;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -37,11 +37,19 @@ pub struct Readiness {
     /// Cancelled when shutdown begins: from then on `/readyz` answers 503, so load balancers and
     /// probes stop sending traffic while requests finish.
     pub draining: CancellationToken,
-    /// The chain's `RBAC` authorizer, if any: not ready until its first complete list, for at
-    /// most [`READY_WAIT`](crate::authz::live_rbac::READY_WAIT), so a rollout does not replace a
-    /// synced proxy with one that has no opinion yet, and an API server that is down does not
-    /// hold the node unready forever.
-    pub rbac: Option<Arc<RbacAuthorizer>>,
+    /// What else holds readiness back until it is ready, if anything: the `RBAC` authorizer
+    /// until its first complete list (for at most a bounded wait), so a rollout does not replace
+    /// a synced proxy with one that has no opinion yet.
+    pub hold: Option<Hold>,
+}
+
+/// Something that holds readiness back, and what `/readyz` says while it does.
+#[derive(Clone)]
+pub struct Hold {
+    /// `/readyz`'s answer while it holds.
+    pub reason: &'static str,
+    /// Whether it still holds.
+    pub holds: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 impl Readiness {
@@ -53,12 +61,8 @@ impl Readiness {
             && !self.standing_by.load(Ordering::Acquire)
         {
             Some("waiting for --listen-address: another process holds it")
-        } else if self
-            .rbac
-            .as_ref()
-            .is_some_and(|rbac| rbac.holds_readiness())
-        {
-            Some("waiting for the RBAC authorizer's first list of roles and bindings (at most 30s)")
+        } else if let Some(hold) = self.hold.as_ref().filter(|hold| (hold.holds)()) {
+            Some(hold.reason)
         } else {
             None
         }
@@ -67,7 +71,7 @@ impl Readiness {
 
 /// Serves the admin endpoints until the task is aborted, which the server does once its
 /// connections have drained.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Readiness) {
+pub async fn serve(listener: TcpListener, metrics: Arc<Registry>, readiness: Readiness) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         match listener.accept().await {
@@ -78,7 +82,7 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, readiness: Read
 }
 
 /// [`serve`] on the unix socket of `--admin-socket`, which only this process answers.
-async fn serve_unix(listener: UnixListener, metrics: Arc<Metrics>, readiness: Readiness) {
+async fn serve_unix(listener: UnixListener, metrics: Arc<Registry>, readiness: Readiness) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         match listener.accept().await {
@@ -97,7 +101,7 @@ async fn accept_failed(error: &std::io::Error) {
 fn serve_connection<IO>(
     io: IO,
     http: &Arc<auto::Builder<TokioExecutor>>,
-    metrics: &Arc<Metrics>,
+    metrics: &Arc<Registry>,
     readiness: &Readiness,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -138,7 +142,7 @@ fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
 /// The admin endpoints on `--admin-socket`: where, what they answer from, and the task serving.
 pub struct AdminSocket {
     path: PathBuf,
-    metrics: Arc<Metrics>,
+    metrics: Arc<Registry>,
     readiness: Readiness,
     task: JoinHandle<()>,
 }
@@ -147,7 +151,7 @@ impl AdminSocket {
     /// Binds `path` (see `bind_unix`) and serves the admin endpoints there.
     pub fn serve(
         path: PathBuf,
-        metrics: Arc<Metrics>,
+        metrics: Arc<Registry>,
         readiness: Readiness,
     ) -> std::io::Result<AdminSocket> {
         let listener = bind_unix(&path)?;
@@ -190,7 +194,7 @@ impl AdminSocket {
 
 fn respond(
     req: &Request<Incoming>,
-    metrics: &Metrics,
+    metrics: &Registry,
     not_ready: Option<&'static str>,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
@@ -205,9 +209,11 @@ fn respond(
             ),
             None => (StatusCode::OK, "text/plain; charset=utf-8", "ok".to_owned()),
         },
-        (&Method::GET | &Method::HEAD, "/metrics") => {
-            (StatusCode::OK, OPENMETRICS, metrics.encode())
-        }
+        (&Method::GET | &Method::HEAD, "/metrics") => (
+            StatusCode::OK,
+            OPENMETRICS,
+            crate::base::metrics::encode(metrics),
+        ),
         _ => (
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",

@@ -9,8 +9,8 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewStatus};
 use k8s_openapi::api::authorization::v1::{SubjectAccessReview, SubjectAccessReviewStatus};
 use serde::de::DeserializeOwned;
 
+use super::metrics::ReviewKind;
 use super::{ApiCallError, AttemptError};
-use crate::admin::metrics::ReviewKind;
 
 /// A transport error: retried only when the connection was reset or lost mid-exchange, as Go's
 /// `IsConnectionReset` / `IsHTTP2ConnectionLost`; refused connections, TLS and DNS errors are not.

@@ -27,7 +27,7 @@ use prometheus_client::metrics::counter::Counter;
 use ring::{digest, hmac};
 use tokio::sync::watch;
 
-use crate::admin::metrics::{CacheResult, Metrics, RefreshResult, ReviewKind};
+use super::metrics::{ApiServerMetrics, CacheResult, RefreshResult, ReviewKind};
 use policy::Fill;
 
 /// A cache key: the digest of everything the answer depends on.
@@ -203,7 +203,7 @@ pub struct ReviewCache<V> {
     kind: ReviewKind,
     /// `metrics`' counter of this cache's hits, resolved once: a hit is the common case.
     hits: Counter,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ApiServerMetrics>,
 }
 
 impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
@@ -214,7 +214,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
         kind: ReviewKind,
         max_entries: u64,
         ttl: impl Fn(&V) -> Duration + Send + Sync + 'static,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ApiServerMetrics>,
     ) -> ReviewCache<V> {
         ReviewCache {
             entries: Cache::builder()

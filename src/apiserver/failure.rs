@@ -4,8 +4,8 @@
 //! every new cause shows at once. `check-config --probe` gives the same hints.
 
 use super::ApiCallError;
-use crate::admin::metrics::ReviewKind;
-use crate::admin::reports::Reports;
+use super::metrics::ReviewKind;
+use crate::base::reports::Reports;
 
 /// The causes [`cause`] gives a review that was made and failed, the values of the failures
 /// counter's `cause` label, whose series exist at 0 from the start (an alert's `increase()` then

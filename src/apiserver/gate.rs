@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, SemaphorePermit};
 
-use crate::admin::metrics::{Metrics, ReviewKind};
+use super::metrics::{ApiServerMetrics, ReviewKind};
 
 /// How many reviews may wait for each place in flight before new ones are refused at once.
 pub const WAITING_PER_PERMIT: usize = 16;
@@ -48,12 +48,17 @@ pub struct ReviewGate {
     places: Semaphore,
     waiting: AtomicUsize,
     wait: Duration,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ApiServerMetrics>,
 }
 
 impl ReviewGate {
     /// `limit` reviews of `kind` in flight at once; others wait up to `wait`.
-    pub fn new(kind: ReviewKind, limit: usize, wait: Duration, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        kind: ReviewKind,
+        limit: usize,
+        wait: Duration,
+        metrics: Arc<ApiServerMetrics>,
+    ) -> Self {
         ReviewGate {
             kind,
             limit,
@@ -70,7 +75,7 @@ impl ReviewGate {
             Ok(permit) => permit,
             Err(_) => self.wait_for_place().await?,
         };
-        self.metrics.reviews_in_flight(self.kind).inc();
+        self.metrics.in_flight(self.kind).inc();
         Ok(Place {
             _permit: permit,
             gate: self,
@@ -82,21 +87,21 @@ impl ReviewGate {
         let waiting = self.waiting.fetch_add(1, Ordering::AcqRel);
         let _waiting = Waiting(self);
         if waiting >= max_waiting {
-            self.metrics.review_refused(self.kind);
+            self.metrics.refused(self.kind);
             return Err(Refused::QueueFull {
                 kind: self.kind.as_str(),
                 waiting,
                 limit: self.limit,
             });
         }
-        self.metrics.reviews_waiting(self.kind).inc();
+        self.metrics.waiting(self.kind).inc();
         let acquired = tokio::time::timeout(self.wait, self.places.acquire()).await;
-        self.metrics.reviews_waiting(self.kind).dec();
+        self.metrics.waiting(self.kind).dec();
         match acquired {
             Ok(Ok(permit)) => Ok(permit),
             // The semaphore is never closed; a timeout and a closed one both mean no place.
             Ok(Err(_)) | Err(_) => {
-                self.metrics.review_refused(self.kind);
+                self.metrics.refused(self.kind);
                 Err(Refused::Waited {
                     kind: self.kind.as_str(),
                     limit: self.limit,
@@ -125,7 +130,7 @@ pub struct Place<'a> {
 
 impl Drop for Place<'_> {
     fn drop(&mut self) {
-        self.gate.metrics.reviews_in_flight(self.gate.kind).dec();
+        self.gate.metrics.in_flight(self.gate.kind).dec();
     }
 }
 
@@ -134,12 +139,20 @@ mod tests {
     use super::*;
 
     fn gate(limit: usize) -> ReviewGate {
-        ReviewGate::new(
+        counted_gate(limit).0
+    }
+
+    /// A gate whose metrics are in the registry returned with it.
+    fn counted_gate(limit: usize) -> (ReviewGate, prometheus_client::registry::Registry) {
+        let mut registry = crate::base::metrics::registry();
+        let metrics = Arc::new(ApiServerMetrics::register(&mut registry));
+        let gate = ReviewGate::new(
             ReviewKind::TokenReview,
             limit,
             Duration::from_secs(1),
-            Arc::new(Metrics::new()),
-        )
+            metrics,
+        );
+        (gate, registry)
     }
 
     #[tokio::test(start_paused = true)]
@@ -159,7 +172,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_review_that_waits_too_long_is_refused_and_counted() {
-        let gate = gate(1);
+        let (gate, registry) = counted_gate(1);
         let _first = gate.enter().await.unwrap();
         let refused = gate.enter().await.unwrap_err();
         assert!(matches!(refused, Refused::Waited { .. }), "{refused}");
@@ -168,7 +181,7 @@ mod tests {
                 .to_string()
                 .contains("--apiserver-max-reviews-inflight")
         );
-        let text = gate.metrics.encode();
+        let text = crate::base::metrics::encode(&registry);
         assert!(
             text.contains(
                 "kubelet_auth_proxy_apiserver_reviews_refused_total{kind=\"TokenReview\"} 1"

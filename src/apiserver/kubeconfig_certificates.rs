@@ -1,5 +1,5 @@
 //! The certificates a kubeconfig's current context uses, for their expiry metrics
-//! ([`crate::admin::certificates`]): the client certificate and the cluster's CA, each from the
+//! ([`crate::base::certificates`]): the client certificate and the cluster's CA, each from the
 //! file the kubeconfig names or from its inline `-data` field.
 
 use std::path::Path;

@@ -24,9 +24,10 @@ use k8s_openapi::api::authorization::v1::{
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::Serialize;
 
-use crate::admin::certificates::{CertificateSource, ReadCertificates};
-use crate::admin::metrics::{ApiCallLabels, Metrics, ReviewKind};
-use crate::startup::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
+use crate::base::certificates::{CertificateSource, ReadCertificates};
+use crate::base::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
+use metrics::ApiCallLabels;
+pub use metrics::{ApiServerMetrics, ReviewKind};
 
 mod answers;
 pub mod cache;
@@ -34,6 +35,7 @@ pub mod failure;
 mod gate;
 pub mod hold;
 mod kubeconfig_certificates;
+pub mod metrics;
 
 pub use answers::{classify_error_answer, decode_subject_access_review, decode_token_review};
 use answers::{status_error, transport_error};
@@ -375,7 +377,7 @@ struct AttemptError {
 pub struct ApiServerClient {
     credentials: Credentials,
     timeout: Duration,
-    metrics: Arc<Metrics>,
+    metrics: Arc<ApiServerMetrics>,
     /// TokenReviews in flight, then SubjectAccessReviews.
     gates: Arc<[ReviewGate; 2]>,
     /// Failed reviews, reported once a minute per kind and cause.
@@ -398,7 +400,7 @@ impl ApiServerClient {
     pub fn new(
         settings: ApiServerSettings,
         max_inflight: usize,
-        metrics: Arc<Metrics>,
+        metrics: Arc<ApiServerMetrics>,
     ) -> ApiServerClient {
         let ApiServerSettings {
             credentials,
@@ -418,6 +420,11 @@ impl ApiServerClient {
             failures: Arc::default(),
             hold: Arc::default(),
         }
+    }
+
+    /// The metrics this client counts in, for the review caches in front of it.
+    pub fn metrics(&self) -> &Arc<ApiServerMetrics> {
+        &self.metrics
     }
 
     /// Creates a TokenReview (`authentication.k8s.io/v1`) and returns its status.
@@ -521,9 +528,9 @@ impl ApiServerClient {
             let pass = match self.hold.admit(self.timeout).await {
                 Ok(pass) => pass,
                 Err(held) => {
-                    self.metrics.review_deferred(kind);
+                    self.metrics.held_off(kind);
                     let error = ApiCallError::HeldOff(held.remaining);
-                    self.metrics.review_failed(kind, failure::cause(&error));
+                    self.metrics.failed(kind, failure::cause(&error));
                     self.failures.report(kind, &error);
                     return Err(error);
                 }
@@ -535,7 +542,7 @@ impl ApiServerClient {
                 .set_hold_off_until(self.hold.until().map(|until| {
                     SystemTime::now() + until.saturating_duration_since(tokio::time::Instant::now())
                 }));
-            self.metrics.observe_api_call(
+            self.metrics.observe_call(
                 &ApiCallLabels {
                     kind,
                     code: match &result {
@@ -553,7 +560,7 @@ impl ApiServerClient {
                 Ok((_, bytes)) => return Ok(bytes),
                 Err(AttemptError { error, retry, .. }) => {
                     if !retry || attempt == MAX_ATTEMPTS {
-                        self.metrics.review_failed(kind, failure::cause(&error));
+                        self.metrics.failed(kind, failure::cause(&error));
                         self.failures.report(kind, &error);
                         return Err(error);
                     }

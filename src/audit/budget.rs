@@ -16,7 +16,7 @@
 //! ([`super::acts`]) and summary events are never suppressed; their bytes are still taken from
 //! the buckets (down to empty), so they leave less room for floods, never more.
 //!
-//! Identities are kept in a bounded table ([`crate::budget::table`]) of [`SHARD_CAPACITY`] per
+//! Identities are kept in a bounded table ([`crate::base::budget::table`]) of [`SHARD_CAPACITY`] per
 //! shard; identities beyond it share one bucket.
 
 use std::sync::{Mutex, PoisonError};
@@ -26,9 +26,9 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use super::event::Suppressed;
-use crate::admin::metrics::SuppressedLabels;
-use crate::budget::table::{self, Table};
-use crate::budget::{Bucket, Limits};
+use super::metrics::SuppressedLabels;
+use crate::base::budget::table::{self, Table};
+use crate::base::budget::{Bucket, Limits};
 
 /// Identities per shard of the table: 1024 in all.
 pub const SHARD_CAPACITY: usize = 64;
@@ -227,7 +227,7 @@ pub(super) fn suppressed(due: &Due) -> Suppressed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::budget::table::SHARDS;
+    use crate::base::budget::table::SHARDS;
 
     const KEPT: u64 = 9 * 1024 * 1024;
     const HOUR: Duration = Duration::from_secs(3600);

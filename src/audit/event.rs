@@ -136,19 +136,9 @@ pub enum Summary {
     ReviewsSkipped(ReviewsSkipped),
 }
 
-/// One source's bearer tokens refused without a TokenReview because its failed authentications
-/// were over budget. The source is the event's `sourceIPs`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ReviewsSkipped {
-    /// Requests refused so.
-    pub requests: u64,
-    /// Of those, how many because the source's own budget was spent; the rest because the
-    /// node's overall budget was.
-    pub own_budget: u64,
-    /// False for the sources beyond the budget's table, which share one budget (the event's
-    /// source is then `0.0.0.0`).
-    pub one_source: bool,
-}
+/// One source's bearer tokens refused without a TokenReview; the source is the event's
+/// `sourceIPs` (`0.0.0.0` for the sources beyond the budget's table).
+pub use crate::authn::failure_budget::ReviewsSkipped;
 
 /// What one identity's summary event reports: its events not written, over the interval from
 /// the event's `requestReceivedTimestamp` to its `stageTimestamp`.

@@ -12,6 +12,7 @@ pub mod acts;
 pub mod budget;
 mod event;
 mod json;
+pub mod metrics;
 pub mod policy;
 mod rotate;
 mod summary;
@@ -22,6 +23,7 @@ pub use event::{
     Suppressed,
 };
 pub use json::MIN_EVENT_BOUND;
+pub use metrics::AuditMetrics;
 pub use rotate::Rotation;
 pub use summary::reviews_skipped_event;
 pub use writer::{AuditLog, AuditOptions, AuditTarget, check_file_target};

@@ -16,7 +16,7 @@
 //! flooding source is still served.
 //!
 //! Sources are keyed by address (an IPv4-mapped IPv6 address as its IPv4 address) in a bounded
-//! table ([`crate::budget::table`]); sources beyond it share one budget, and the overall bucket
+//! table ([`crate::base::budget::table`]); sources beyond it share one budget, and the overall bucket
 //! bounds what any number of sources can cost. Refusals are counted in
 //! `kubelet_auth_proxy_token_reviews_skipped_total{budget}` and reported, one summary per source
 //! and [`SUMMARY_INTERVAL`], in the process log and the audit log ([`FailureBudget::report`]).
@@ -30,9 +30,8 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::audit::{AuditLog, ReviewsSkipped, reviews_skipped_event};
-use crate::budget::table::{self, Place, Table};
-use crate::budget::{Bucket, Limits};
+use crate::base::budget::table::{self, Place, Table};
+use crate::base::budget::{Bucket, Limits};
 
 /// Each source's failed reviews: five at once, then one every 10 s.
 pub const SOURCE_LIMITS: Limits = Limits {
@@ -256,10 +255,15 @@ impl FailureBudget {
     }
 
     /// Reports, every [`SWEEP`], the sources that had tokens refused: a warning in the process
-    /// log and, when there is one, a summary event in `audit` (written whatever the audit log's
-    /// flood budget), at most one per source per [`SUMMARY_INTERVAL`]. When `stop` is cancelled
-    /// it reports what is still pending and returns.
-    pub async fn report(self: Arc<Self>, audit: Option<AuditLog>, stop: CancellationToken) {
+    /// log and a call of `summarize` (which writes the audit log's summary event, whatever the
+    /// audit log's flood budget, when there is an audit log), at most one per source per
+    /// [`SUMMARY_INTERVAL`]. When `stop` is cancelled it reports what is still pending and
+    /// returns.
+    pub async fn report(
+        self: Arc<Self>,
+        summarize: impl Fn(Option<IpAddr>, ReviewsSkipped, SystemTime, SystemTime) + Send + 'static,
+        stop: CancellationToken,
+    ) {
         let mut sweep = tokio::time::interval(SWEEP);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -276,7 +280,7 @@ impl FailureBudget {
             };
             let until = SystemTime::now();
             for due in due {
-                report(due, until, audit.as_ref());
+                report(due, until, &summarize);
             }
             if last {
                 return;
@@ -286,7 +290,11 @@ impl FailureBudget {
 }
 
 /// Says what one source (`None`: the sources beyond the table) had refused.
-fn report(due: table::Due<IpAddr, Refused>, until: SystemTime, audit: Option<&AuditLog>) {
+fn report(
+    due: table::Due<IpAddr, Refused>,
+    until: SystemTime,
+    summarize: impl Fn(Option<IpAddr>, ReviewsSkipped, SystemTime, SystemTime),
+) {
     let refused = due.pending;
     let since = refused.since.unwrap_or(until);
     let seconds = until.duration_since(since).unwrap_or_default().as_secs();
@@ -307,11 +315,20 @@ fn report(due: table::Due<IpAddr, Refused>, until: SystemTime, audit: Option<&Au
         own_budget: refused.own_budget,
         one_source: due.key.is_some(),
     };
-    if let Some(audit) = audit
-        && let Some(event) = reviews_skipped_event(due.key, skipped, since, until)
-    {
-        audit.record(event);
-    }
+    summarize(due.key, skipped, since, until);
+}
+
+/// One source's bearer tokens refused without a TokenReview because its failed authentications
+/// were over budget, as [`FailureBudget::report`] summarizes them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReviewsSkipped {
+    /// Requests refused so.
+    pub requests: u64,
+    /// Of those, how many because the source's own budget was spent; the rest because the
+    /// node's overall budget was.
+    pub own_budget: u64,
+    /// False for the sources beyond the budget's table, which share one budget.
+    pub one_source: bool,
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 
 pub mod failure_budget;
 pub mod jwt;
+pub mod metrics;
 pub mod service_account_keys;
 mod subject_string;
 pub mod token;
@@ -187,9 +188,9 @@ impl Authenticator {
     pub fn ignores_token(&self, version: Version, headers: &HeaderMap) -> bool {
         self.tokens.is_none()
             && (headers.contains_key(http::header::AUTHORIZATION)
-                || (crate::request::wire::is_websocket_upgrade(version, headers)
-                    && crate::request::wire::websocket_protocols(headers)
-                        .any(|p| crate::request::wire::bearer_protocol_token(p).is_some())))
+                || (crate::base::wire::is_websocket_upgrade(version, headers)
+                    && crate::base::wire::websocket_protocols(headers)
+                        .any(|p| crate::base::wire::bearer_protocol_token(p).is_some())))
     }
 
     /// Authenticates one request of a connection from `source` at `now_secs` (Unix seconds).

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::jwt::{self, KeyCheck, LEEWAY, PublicKey, Rejection, Shape};
-use crate::admin::metrics::Metrics;
+use super::metrics::AuthnMetrics;
 use crate::apiserver::{ApiCallError, ApiServerClient};
 
 /// How often the keys are fetched again, before jitter.
@@ -72,7 +72,7 @@ pub struct ServiceAccountKeys {
     keys: ArcSwapOption<KeySet>,
     /// The last fetch's start, held while a fetch runs: fetches are one at a time.
     last_fetch: Mutex<Option<Instant>>,
-    metrics: Arc<Metrics>,
+    metrics: Arc<AuthnMetrics>,
 }
 
 impl std::fmt::Debug for ServiceAccountKeys {
@@ -136,7 +136,7 @@ impl ServiceAccountKeys {
         client: ApiServerClient,
         issuers: Vec<String>,
         audiences: Vec<String>,
-        metrics: Arc<Metrics>,
+        metrics: Arc<AuthnMetrics>,
     ) -> ServiceAccountKeys {
         metrics.service_account_keys_watched();
         ServiceAccountKeys {

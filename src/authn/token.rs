@@ -22,11 +22,11 @@ use k8s_openapi::api::authentication::v1::{TokenReviewSpec, TokenReviewStatus};
 use super::User;
 use super::failure_budget::{FailureBudget, Spent};
 use super::jwt::Rejection;
+use super::metrics::AuthnMetrics;
 use super::service_account_keys::{LocalCheck, ServiceAccountKeys};
-use crate::admin::metrics::{Metrics, ReviewKind};
 use crate::apiserver::cache::{CacheKey, KeyHasher, ReviewCache, random_hmac_key};
-use crate::apiserver::{ApiCallError, ApiServerClient};
-use crate::request::wire;
+use crate::apiserver::{ApiCallError, ApiServerClient, ReviewKind};
+use crate::base::wire;
 
 /// Most tokens kept in the cache; the least recently used go first.
 const MAX_CACHED_TOKENS: u64 = 16_384;
@@ -157,18 +157,18 @@ impl TokenReviewAuthenticator {
         client: ApiServerClient,
         audiences: Vec<String>,
         ttl: Duration,
-        metrics: Arc<Metrics>,
+        metrics: &AuthnMetrics,
     ) -> Result<TokenReviewAuthenticator, NoRandomness> {
         Ok(TokenReviewAuthenticator {
-            client,
-            audiences,
             failures: Arc::new(FailureBudget::new(metrics.token_reviews_skipped())),
             cache: ReviewCache::new(
                 ReviewKind::TokenReview,
                 MAX_CACHED_TOKENS,
                 move |_| ttl,
-                metrics,
+                Arc::clone(client.metrics()),
             ),
+            client,
+            audiences,
             key: random_hmac_key().map_err(|_| NoRandomness)?,
             local: None,
         })
@@ -309,7 +309,7 @@ enum ReviewError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request::wire::WEBSOCKET_BEARER_PREFIX;
+    use crate::base::wire::WEBSOCKET_BEARER_PREFIX;
     use http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {

@@ -16,7 +16,7 @@ use x509_parser::prelude::FromDer;
 
 use super::User;
 use super::subject_string;
-use crate::startup::reload::Reloadable;
+use crate::base::reload::Reloadable;
 
 /// DER contents of OID 1.3.6.1.4.1.57683.2, the subject attribute Kubernetes reads the user's UID
 /// from (`AllowParsingUserUIDFromCertAuth`, on since 1.33).

@@ -10,6 +10,7 @@
 pub mod attributes;
 pub mod live_rbac;
 pub mod match_conditions;
+pub mod metrics;
 pub mod node;
 pub mod pod_attributes;
 pub mod policy;
@@ -20,7 +21,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::authn::User;
-use crate::startup::reload::Reloadable;
+use crate::base::reload::Reloadable;
 use live_rbac::RbacAuthorizer;
 use match_conditions::{ConditionTrace, MatchError};
 use node::NodeAuthorizer;

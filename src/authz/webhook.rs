@@ -8,6 +8,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -17,12 +18,11 @@ use k8s_openapi::api::authorization::v1::{
 };
 
 use super::match_conditions::{ConditionTrace, Match, MatchConditions, MatchError};
+use super::metrics::AuthzMetrics;
 use super::{API_VERSION, Attributes, AuthorizationError, Decision, Reason};
-use crate::admin::metrics::{Metrics, ReviewKind};
-use crate::apiserver::ApiServerClient;
 use crate::apiserver::cache::{CacheKey, KeyHasher, ReviewCache};
+use crate::apiserver::{ApiServerClient, ReviewKind};
 use crate::authn::User;
-use crate::config::authorization::{FailurePolicy, WebhookSpec};
 use prometheus_client::metrics::counter::Counter;
 
 /// The kubelet's SubjectAccessReview cache size.
@@ -36,6 +36,34 @@ const CONDITION_ERROR_REPORT_INTERVAL: Duration = Duration::from_secs(60);
 /// The reason of the no opinion a false match condition gives (kube-apiserver gives none; ours
 /// goes to audit and `explain`).
 const SKIPPED: &str = "webhook not asked: a matchCondition is false";
+
+/// What a webhook does when its review fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    /// The failure is remembered and later authorizers are still asked; if none allows, 500.
+    NoOpinion,
+    /// The chain stops at the failure: 500.
+    Deny,
+}
+
+/// One SubjectAccessReview webhook of the chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookSpec {
+    /// Its name, for logs.
+    pub name: String,
+    /// The API server's kubeconfig; `None` for the in-cluster service account.
+    pub kubeconfig: Option<PathBuf>,
+    /// Bound on each review attempt.
+    pub timeout: Duration,
+    /// How long allowed answers are kept (zero: not cached).
+    pub authorized_ttl: Duration,
+    /// How long other answers are kept (zero: not cached).
+    pub unauthorized_ttl: Duration,
+    /// What a failed review, or a match condition that cannot be evaluated, means.
+    pub failure_policy: FailurePolicy,
+    /// When the webhook is asked at all; none: always.
+    pub match_conditions: MatchConditions,
+}
 
 /// Asks the API server whether a user may do something on this node, through a bounded,
 /// coalescing cache.
@@ -67,7 +95,7 @@ impl SubjectAccessReviewAuthorizer {
     pub fn new(
         client: ApiServerClient,
         spec: &WebhookSpec,
-        metrics: Arc<Metrics>,
+        metrics: &AuthzMetrics,
     ) -> SubjectAccessReviewAuthorizer {
         let (authorized_ttl, unauthorized_ttl) = (spec.authorized_ttl, spec.unauthorized_ttl);
         let ttl = move |decision: &Decision| match decision {
@@ -76,15 +104,15 @@ impl SubjectAccessReviewAuthorizer {
         };
         SubjectAccessReviewAuthorizer {
             name: spec.name.clone(),
-            client,
             excluded: metrics.match_condition_exclusions(&spec.name),
             condition_errors: metrics.match_condition_errors(&spec.name),
             cache: ReviewCache::new(
                 ReviewKind::SubjectAccessReview,
                 MAX_CACHED_DECISIONS,
                 ttl,
-                metrics,
+                Arc::clone(client.metrics()),
             ),
+            client,
             failure_policy: spec.failure_policy,
             match_conditions: spec.match_conditions.clone(),
             condition_log: ConditionErrorLog::default(),

@@ -16,38 +16,11 @@ use serde::Deserialize;
 use super::ConfigError;
 use super::duration::parse_go_duration;
 use crate::authz::match_conditions::MatchConditions;
+pub use crate::authz::webhook::{FailurePolicy, WebhookSpec};
 
 const FLAG: &str = "--authorization-config";
 /// kube-apiserver's upper bound on a webhook's timeout.
 const MAX_WEBHOOK_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// What a webhook does when its review fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailurePolicy {
-    /// The failure is remembered and later authorizers are still asked; if none allows, 500.
-    NoOpinion,
-    /// The chain stops at the failure: 500.
-    Deny,
-}
-
-/// One SubjectAccessReview webhook of the chain.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebhookSpec {
-    /// Its name, for logs.
-    pub name: String,
-    /// The API server's kubeconfig; `None` for the in-cluster service account.
-    pub kubeconfig: Option<PathBuf>,
-    /// Bound on each review attempt.
-    pub timeout: Duration,
-    /// How long allowed answers are kept (zero: not cached).
-    pub authorized_ttl: Duration,
-    /// How long other answers are kept (zero: not cached).
-    pub unauthorized_ttl: Duration,
-    /// What a failed review, or a match condition that cannot be evaluated, means.
-    pub failure_policy: FailurePolicy,
-    /// When the webhook is asked at all; none: always.
-    pub match_conditions: MatchConditions,
-}
 
 /// One authorizer of the chain, as configured.
 #[derive(Debug, Clone, PartialEq, Eq)]

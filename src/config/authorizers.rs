@@ -12,7 +12,7 @@ use crate::authz::attributes::AttributeMapping;
 use crate::authz::live_rbac::{RbacSettings, Scope};
 use crate::authz::match_conditions::MatchConditions;
 use crate::authz::policy::PolicyAuthorizer;
-use crate::startup::reload::{ReloadRegistry, Reloadable};
+use crate::base::reload::{ReloadRegistry, Reloadable};
 
 /// What `explain` needs, and part of what the server needs: the chain, the table, the node.
 pub struct AuthorizationSettings {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::flags::ProxyFlags;
 use crate::apiserver::ApiClientError;
-use crate::startup::reload::ReloadError;
+use crate::base::reload::ReloadError;
 
 /// The cause of a configuration problem, kept so that callers can tell one failure from another.
 pub type Cause = Box<dyn StdError + Send + Sync>;

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::authn::NoAuthenticationMethod;
 use crate::authn::x509::ClientCa;
-use crate::startup::reload::{ReloadRegistry, Reloadable};
+use crate::base::reload::{ReloadRegistry, Reloadable};
 use audit_log::audit_settings;
 use error::flag_cause;
 use flags::ProxyFlags;

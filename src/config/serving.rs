@@ -8,9 +8,9 @@ use super::ConfigError;
 use super::error::{file_cause, flag_error, reload_cause};
 use super::flags::ProxyFlags;
 use super::warnings::Warning;
-use crate::admin::certificates::CertificateSource;
 use crate::authn::x509::ClientCa;
-use crate::startup::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
+use crate::base::certificates::CertificateSource;
+use crate::base::reload::{ReloadError, ReloadRegistry, ReloadTarget, Reloadable};
 use crate::tls::{self, ServerTls, ciphers};
 
 /// The client CA bundle (`--client-ca-file`), registered for reloading.

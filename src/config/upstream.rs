@@ -12,9 +12,9 @@ use super::ConfigError;
 use super::error::{file_cause, flag_cause, flag_error, reload_cause};
 use super::flags::ProxyFlags;
 use super::serving::check_pair;
-use crate::admin::certificates::CertificateSource;
+use crate::base::certificates::CertificateSource;
+use crate::base::reload::{ReloadError, ReloadRegistry, Reloadable};
 use crate::forward::{UpstreamEndpoint, UpstreamTarget, UpstreamTlsConfig};
-use crate::startup::reload::{ReloadError, ReloadRegistry, Reloadable};
 use crate::tls::{self, UpstreamTls};
 
 /// The kubelet, resolved, and the bounds on requests to it.

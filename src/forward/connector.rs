@@ -19,7 +19,7 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
-use crate::startup::reload::Reloadable;
+use crate::base::reload::Reloadable;
 
 /// The TLS client configuration towards the kubelet: fixed, or rebuilt when its files (the
 /// kubelet's CA, the proxy's client certificate and key) change. Each new connection takes the

@@ -1,7 +1,7 @@
 //! The [`Forwarder`]: rewrites an authorized request for the kubelet (URI, version, headers),
 //! sends it through the pooled client, cleans the answer, and hands upgrades to the splicer.
 
-use crate::server::shutdown::Shutdown;
+use crate::base::shutdown::Shutdown;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,7 +208,7 @@ impl Forwarder {
             return Err(ForwardError::UnsupportedRequest);
         }
         let lease = self.limits.acquire(&user.name).await?;
-        let upgrade = crate::request::wire::is_upgrade_request(req.version(), req.headers())
+        let upgrade = crate::base::wire::is_upgrade_request(req.version(), req.headers())
             && headers::may_upgrade(req.uri().path(), req.headers());
         // Taken before the request is sent: this future resolves to the caller's connection
         // once the server has written our 101 to it.

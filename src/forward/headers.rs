@@ -8,7 +8,7 @@ use http::header::{
 };
 
 use crate::authn::User;
-use crate::request::wire;
+use crate::base::wire;
 
 /// `X-Remote-User`: the authenticated user name, as Kubernetes' requestheader authenticator reads it.
 pub const X_REMOTE_USER: HeaderName = HeaderName::from_static("x-remote-user");

@@ -21,7 +21,7 @@ use std::time::Duration;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::request::held_body::Holding;
+use crate::base::held_body::Holding;
 
 /// Why a request was not sent to the kubelet for want of a place. `Display` names the flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

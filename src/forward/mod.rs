@@ -9,6 +9,7 @@ mod error;
 mod forwarder;
 pub mod headers;
 mod limits;
+pub mod metrics;
 mod upgrade;
 
 use std::path::PathBuf;
@@ -63,7 +64,7 @@ pub struct ForwardOptions {
     /// Counts the requests in flight to the kubelet.
     pub requests_in_flight: prometheus_client::metrics::gauge::Gauge,
     /// Upgraded sessions run as tasks it drains, and close when its grace period is over.
-    pub shutdown: crate::server::shutdown::Shutdown,
+    pub shutdown: crate::base::shutdown::Shutdown,
 }
 
 impl Default for ForwardOptions {
@@ -78,7 +79,7 @@ impl Default for ForwardOptions {
             max_requests_inflight: 1024,
             max_requests_inflight_per_user: 512,
             requests_in_flight: prometheus_client::metrics::gauge::Gauge::default(),
-            shutdown: crate::server::shutdown::Shutdown::new(),
+            shutdown: crate::base::shutdown::Shutdown::new(),
         }
     }
 }

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 use tokio::sync::oneshot;
 
 use super::limits::Lease;
-use crate::server::shutdown::Shutdown;
+use crate::base::shutdown::Shutdown;
 
 mod pump;
 

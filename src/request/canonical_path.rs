@@ -4,10 +4,7 @@
 
 use std::borrow::Cow;
 
-/// The longest raw path accepted, in bytes. Kubelet paths are short (the longest real ones,
-/// `/exec/{ns}/{pod}/{uid}/{container}`, stay under 400 bytes); 8 KiB leaves room for long log
-/// file names while bounding the work and memory one request can cost.
-pub const MAX_PATH_LEN: usize = 8 * 1024;
+pub use crate::base::wire::MAX_PATH_LEN;
 
 /// Why a path is refused. The `Display` text is a short reason meant for the client's 400 body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]

@@ -17,7 +17,6 @@ use std::sync::Arc;
 
 use http::Method;
 
-use crate::admin::metrics::Outcome;
 use crate::audit::acts::is_act;
 use crate::audit::{Authorization as AuditAuthorization, ObjectRef};
 use crate::authn::{Authentication, User};
@@ -29,6 +28,7 @@ use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, ChainEvent, 
 use crate::authz::{POD_RESOURCE, RESOURCE};
 use crate::forward::Busy;
 use crate::request::canonical_path::{PathCheck, PathError, check_path};
+use crate::request::outcome::Outcome;
 use crate::request::responses::{self, ResponseBody};
 
 /// What decides: the authorizer chain, the attribute table in force and the Node name.

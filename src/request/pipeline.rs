@@ -20,25 +20,25 @@ use http_body_util::{Either, Full};
 use hyper::body::{Body, Incoming};
 use tracing::{debug, warn};
 
-use crate::admin::metrics::{Metrics, Outcome, RequestLabels};
-use crate::admin::reports::Reports;
+use super::metrics::{RequestLabels, RequestMetrics};
+use super::outcome::Outcome;
 use crate::audit::policy::{PolicyRequest, Stages};
 use crate::audit::{
     AuditEvent, AuditId, AuditLog, Authorization as AuditAuthorization, ObjectRef, Stage,
 };
 use crate::authn::{Authenticator, ConnectionIdentity, User};
+use crate::base::reports::Reports;
+use crate::base::wire;
 use crate::forward::{ForwardError, Forwarder, UpgradedStream, cause, headers};
 use crate::request::decision::{Decider, Judgement, Refusal, RequestDecision, Unobserved, Verdict};
 use crate::request::responses::{self, ResponseBody};
-use crate::request::wire;
-use crate::server::deadlines::ConnectionSlot;
 
 /// What every request handler shares, read-only.
 pub struct Pipeline {
     authenticator: Authenticator,
     /// Path gate, attributes and authorizers: what is decided before forwarding.
     decider: Decider,
-    metrics: Arc<Metrics>,
+    metrics: Arc<RequestMetrics>,
     audit: Option<AuditLog>,
     /// Refuse exec, attach and portForward while their audit event cannot be written.
     audit_require_for_streams: bool,
@@ -59,7 +59,7 @@ impl Pipeline {
     pub fn new(
         authenticator: Authenticator,
         decider: Decider,
-        metrics: Arc<Metrics>,
+        metrics: Arc<RequestMetrics>,
         audit: Option<AuditLog>,
         audit_require_for_streams: bool,
     ) -> Pipeline {
@@ -71,11 +71,6 @@ impl Pipeline {
             audit_require_for_streams,
             upstream_reports: Reports::default(),
         }
-    }
-
-    /// The metrics every request and connection is counted in.
-    pub fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
     }
 
     /// The authenticator, whose connection-level part runs once per TLS handshake.
@@ -99,14 +94,14 @@ impl Lane {
     }
 
     /// Handles one request of a connection whose TLS identity is `identity`: decides, forwards or
-    /// refuses, counts and audits it. An upgraded session keeps the connection's `slot` under
-    /// --max-connections until it ends, as it outlives the HTTP connection.
-    pub async fn handle(
+    /// refuses, counts and audits it. An upgraded session holds `slot` (the connection's place
+    /// under --max-connections) until it ends, as it outlives the HTTP connection.
+    pub async fn handle<S: Send + 'static>(
         &self,
         identity: &ConnectionIdentity,
         peer: SocketAddr,
         req: Request<Incoming>,
-        slot: Arc<ConnectionSlot>,
+        slot: S,
     ) -> Response<ResponseBody> {
         self.pipeline
             .handle(&self.forwarder, identity, peer, req, slot)
@@ -149,16 +144,15 @@ struct AuditStart {
 }
 
 impl Pipeline {
-    /// Decides, forwards or refuses, counts and audits one request. An upgraded session keeps
-    /// the connection's `slot` under --max-connections until it ends, as it outlives the HTTP
-    /// connection.
-    async fn handle(
+    /// Decides, forwards or refuses, counts and audits one request. An upgraded session holds
+    /// `slot` until it ends.
+    async fn handle<S: Send + 'static>(
         &self,
         forwarder: &Forwarder,
         identity: &ConnectionIdentity,
         peer: SocketAddr,
         req: Request<Incoming>,
-        slot: Arc<ConnectionSlot>,
+        slot: S,
     ) -> Response<ResponseBody> {
         let started = Instant::now();
         let head = req.method() == Method::HEAD;
@@ -374,7 +368,7 @@ impl Pipeline {
             }
             Err(e) => {
                 let diagnosis = cause::diagnose(&e);
-                self.metrics.upstream_failed(diagnosis.cause.as_str());
+                self.metrics.upstream_failed(diagnosis.cause);
                 let detail = &diagnosis.detail;
                 if self.upstream_reports.admit(diagnosis.cause) {
                     warn!(

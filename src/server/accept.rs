@@ -13,7 +13,7 @@ use tracing::{debug, warn};
 use super::Limits;
 use super::connection::Accepted;
 use super::serving_threads::{Dispatcher, Load, ServingThreads};
-use super::shutdown::Shutdown;
+use crate::base::shutdown::Shutdown;
 
 /// A connection accepted on the main runtime, on its way to a serving thread.
 pub(super) struct Handed {

@@ -16,12 +16,12 @@ use tracing::debug;
 use super::Limits;
 use super::deadlines::{self, Activity, ConnectionSlot, Deadlines, Ended};
 use super::http_server::HttpServer;
+use super::metrics::ServerMetrics;
 use super::serving_threads::Load;
-use super::shutdown::Shutdown;
-use crate::admin::metrics::Metrics;
-use crate::request::held_body::Holding;
+use crate::base::held_body::Holding;
+use crate::base::reload::Reloadable;
+use crate::base::shutdown::Shutdown;
 use crate::request::pipeline::Lane;
-use crate::startup::reload::Reloadable;
 
 /// What every connection a serving thread is handed is served with.
 pub(super) struct Accepted {
@@ -30,6 +30,7 @@ pub(super) struct Accepted {
     pub(super) lane: Arc<Lane>,
     pub(super) limits: Limits,
     pub(super) shutdown: Shutdown,
+    pub(super) metrics: Arc<ServerMetrics>,
     /// This thread's count of the connections it was handed.
     pub(super) accepted: prometheus_client::metrics::counter::Counter,
 }
@@ -48,7 +49,7 @@ impl Accepted {
         self.accepted.inc();
         let slot = Arc::new(ConnectionSlot::new(
             permit,
-            Arc::clone(self.lane.pipeline().metrics()),
+            self.metrics.connections().clone(),
         ));
         let lane = Arc::clone(&self.lane);
         // The configuration in force when the connection arrives: a rotated certificate is used
@@ -59,6 +60,7 @@ impl Accepted {
             handshake_timeout: self.limits.handshake_timeout,
             deadlines: self.limits.deadlines,
             shutdown: self.shutdown.clone(),
+            metrics: Arc::clone(&self.metrics),
             _load: load,
         };
         self.shutdown.spawn(serve_connection(
@@ -73,6 +75,8 @@ struct Connection {
     deadlines: Deadlines,
     /// Draining closes the connection gracefully; closing drops it.
     shutdown: Shutdown,
+    /// Failed handshakes and missed deadlines are counted here.
+    metrics: Arc<ServerMetrics>,
     /// The connection's place in its serving thread's count, given back when it ends. Held in
     /// the connection's own future: a wrapping `async` block would hold that future twice (the
     /// captured one and the one awaited), doubling every connection's task (measured: 34.8 →
@@ -96,9 +100,8 @@ async fn serve_connection(
 ) {
     let pipeline = lane.pipeline();
     let activity = Activity::new();
-    let metrics = Arc::clone(pipeline.metrics());
     let conn = {
-        let handshake = Box::pin(handshake(tcp, peer, acceptor, &limits, &metrics));
+        let handshake = Box::pin(handshake(tcp, peer, acceptor, &limits));
         let Some(tls) = handshake.await else {
             return;
         };
@@ -139,7 +142,7 @@ async fn serve_connection(
         Ended::Finished(Ok(())) | Ended::ForceClosed => {}
         Ended::Finished(Err(e)) => debug!(%peer, error = %e, "connection ended with an error"),
         Ended::TimedOut => {
-            metrics.connection_timed_out();
+            limits.metrics.connection_timed_out();
             debug!(%peer, "connection closed: no request within its deadline");
         }
     }
@@ -152,7 +155,6 @@ async fn handshake(
     peer: SocketAddr,
     acceptor: TlsAcceptor,
     limits: &Connection,
-    metrics: &Metrics,
 ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
     let _ = tcp.set_nodelay(true);
     let accept = tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp));
@@ -163,12 +165,12 @@ async fn handshake(
     match handshake {
         Ok(Ok(tls)) => Some(tls),
         Ok(Err(e)) => {
-            metrics.handshake_failed();
+            limits.metrics.handshake_failed();
             debug!(%peer, error = %e, "TLS handshake failed");
             None
         }
         Err(_) => {
-            metrics.handshake_failed();
+            limits.metrics.handshake_failed();
             debug!(%peer, "TLS handshake timed out");
             None
         }

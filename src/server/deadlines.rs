@@ -25,10 +25,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, OwnedSemaphorePermit};
 
-use crate::server::shutdown::Shutdown;
+use crate::base::shutdown::Shutdown;
 use tokio::time::Instant;
 
-use crate::admin::metrics::Metrics;
+use prometheus_client::metrics::gauge::Gauge;
 
 /// How long a connection told to close gracefully has before it is dropped, once nothing of it is
 /// in flight: enough for the peer to read a `GOAWAY` and close.
@@ -96,7 +96,7 @@ impl Activity {
     }
 
     /// Counts a request as in flight until the returned guard is dropped (with the response body,
-    /// see [`crate::request::held_body::Holding`]).
+    /// see [`crate::base::held_body::Holding`]).
     pub fn begin(&self) -> InFlight {
         // SeqCst with `watch_for_requests`: either this sees the flag, or `drive` sees this
         // request in flight.
@@ -165,23 +165,24 @@ impl Drop for InFlight {
 #[derive(Debug)]
 pub struct ConnectionSlot {
     _permit: OwnedSemaphorePermit,
-    metrics: Arc<Metrics>,
+    /// The open-connections gauge.
+    open: Gauge,
 }
 
 impl ConnectionSlot {
-    /// Takes the slot and counts the connection as open.
-    pub fn new(permit: OwnedSemaphorePermit, metrics: Arc<Metrics>) -> ConnectionSlot {
-        metrics.connections().inc();
+    /// Takes the slot and counts the connection as open in `open`.
+    pub fn new(permit: OwnedSemaphorePermit, open: Gauge) -> ConnectionSlot {
+        open.inc();
         ConnectionSlot {
             _permit: permit,
-            metrics,
+            open,
         }
     }
 }
 
 impl Drop for ConnectionSlot {
     fn drop(&mut self) {
-        self.metrics.connections().dec();
+        self.open.dec();
     }
 }
 

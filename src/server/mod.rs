@@ -6,13 +6,15 @@ mod accept;
 mod connection;
 pub mod deadlines;
 pub mod descriptors;
+pub mod generation;
 pub mod handover;
 pub mod handover_socket;
 pub mod http_server;
 pub mod listen_fds;
 mod listeners;
+pub mod metrics;
+mod services;
 pub mod serving_threads;
-pub mod shutdown;
 mod standby;
 pub mod systemd;
 
@@ -26,8 +28,9 @@ use tracing::{debug, info, warn};
 
 use crate::admin;
 use crate::audit::AuditLog;
+use crate::base::reload::FileWatcher;
+use crate::base::shutdown::Shutdown;
 use crate::request::pipeline::{Lane, Pipeline};
-use crate::startup::assemble::Services;
 use connection::Accepted;
 use deadlines::Deadlines;
 use handover::HandoverSockets;
@@ -35,8 +38,8 @@ use handover_socket::{Donor, Fetched};
 use http_server::HttpServer;
 use listen_fds::{Inherited, Role};
 use listeners::{ADMIN_BIND_RETRY, ADMIN_FLAG, bind, bind_hint};
+pub use services::{ServedMetrics, Services};
 use serving_threads::ServingThreads;
-use shutdown::Shutdown;
 use standby::Standby;
 
 /// A running proxy: its addresses, and the means to stop it.
@@ -166,14 +169,23 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         Ok(limit) => debug!(limit, "open-file limit"),
         Err(e) => warn!(error = %e, "cannot raise the open-file limit to its hard limit"),
     }
-    let metrics = Arc::clone(&config.metrics);
+    let ServedMetrics {
+        registry,
+        server: metrics,
+        requests: request_metrics,
+        reloads: reload_metrics,
+    } = config.metrics;
+    let registry = Arc::new(registry);
     let generation = metrics.generation().clone();
     let shutdown = config.shutdown.clone();
     let readiness = admin::listener::Readiness {
         listening: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         standing_by: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         draining: shutdown.draining().clone(),
-        rbac: config.decider.authorizers.rbac(),
+        hold: config.decider.authorizers.rbac().map(|rbac| admin::listener::Hold {
+            reason: "waiting for the RBAC authorizer's first list of roles and bindings (at most 30s)",
+            holds: Arc::new(move || rbac.holds_readiness()),
+        }),
     };
     // This process's own admin socket before any address: the exec probes reach it while the
     // addresses are still held (by the kubelet, or a previous version this one stands by for).
@@ -181,7 +193,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         Some(path) => {
             let socket = admin::listener::AdminSocket::serve(
                 path.clone(),
-                Arc::clone(&metrics),
+                Arc::clone(&registry),
                 readiness.clone(),
             )
             .map_err(|source| StartError::AdminSocket {
@@ -215,7 +227,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     info!(%admin_addr, "admin listener serving /healthz, /readyz and /metrics");
     let admin = tokio::spawn(admin::listener::serve(
         admin_listener,
-        Arc::clone(&metrics),
+        registry,
         readiness.clone(),
     ));
     let mut listeners = Vec::with_capacity(config.listen_addresses.len());
@@ -255,13 +267,13 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     let http = HttpServer::new(config.header_read_timeout);
     let serving_tls = Arc::clone(&config.server_tls);
     let (reload_targets, certificates) = config.reloads.into_parts();
-    let watcher = crate::startup::reload::FileWatcher::new(reload_targets, certificates);
-    tokio::spawn(watcher.run(Arc::clone(&metrics), shutdown.draining().clone()));
+    let watcher = FileWatcher::new(reload_targets, certificates);
+    tokio::spawn(watcher.run(reload_metrics, shutdown.draining().clone()));
     metrics.set_connections_limit(limits.max_connections);
     let pipeline = Arc::new(Pipeline::new(
         config.authenticator,
         config.decider,
-        metrics,
+        request_metrics,
         config.audit.clone(),
         config.audit_require_for_streams,
     ));
@@ -279,7 +291,8 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             lane,
             limits,
             shutdown: shutdown.clone(),
-            accepted: pipeline.metrics().accepted_by(index),
+            accepted: metrics.accepted_by(index),
+            metrics: Arc::clone(&metrics),
         };
         accept::serve_handed(handed, accepted)
     })?;

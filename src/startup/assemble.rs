@@ -1,5 +1,5 @@
 //! Settings → running services. The only code that builds the API server and kubelet clients,
-//! creates the metrics registry, opens the audit log (creating the file, pruning old backups,
+//! registers every layer's metrics ([`super::metrics`]), opens the audit log (creating the file, pruning old backups,
 //! starting its writer thread) and hands the reload registry to the file watcher; everything it
 //! needs was validated by [`Settings::load`], so what can fail here is what touching the system
 //! can fail at.
@@ -8,79 +8,39 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::admin::metrics::Metrics;
-use crate::apiserver::{ApiServerClient, ApiServerSettings};
+use super::metrics::LayerMetrics;
+use crate::apiserver::{ApiServerClient, ApiServerMetrics, ApiServerSettings};
 use crate::audit::budget::{self, Budget};
 use crate::audit::policy::PolicyGate;
-use crate::audit::{AuditLog, AuditTarget};
+use crate::audit::{AuditLog, AuditTarget, reviews_skipped_event};
 use crate::authn::Authenticator;
 use crate::authn::service_account_keys::ServiceAccountKeys;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::X509Authenticator;
 use crate::authz::live_rbac::RbacAuthorizer;
+use crate::authz::metrics::AuthzMetrics;
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
+use crate::base::reload::ReloadRegistry;
+use crate::base::shutdown::Shutdown;
 use crate::config::{
     AuthorizationSettings, AuthorizerSettings, ConfigError, Settings, UpstreamSettings,
 };
+use crate::forward::metrics::ForwardMetrics;
 use crate::forward::{ForwardOptions, Forwarder};
 use crate::request::decision::Decider;
-use crate::server::shutdown::Shutdown;
-use crate::startup::reload::{ReloadRegistry, Reloadable};
+use crate::server::{ServedMetrics, Services};
 use tokio_util::sync::CancellationToken;
-
-/// Everything the server runs with.
-pub struct Services {
-    /// Where the kubelet API is served.
-    pub listen_addresses: Vec<std::net::SocketAddr>,
-    /// How long a listen address in use is retried.
-    pub listen_retry_timeout: Duration,
-    /// Where /healthz, /readyz and /metrics are served.
-    pub admin_listen_address: std::net::SocketAddr,
-    /// Where this process alone serves the same.
-    pub admin_socket: Option<std::path::PathBuf>,
-    /// `--handover-socket`: where sockets are handed to and taken from another proxy.
-    pub handover_socket: Option<std::path::PathBuf>,
-    /// Serving TLS, swapped when its files change.
-    pub server_tls: Arc<Reloadable<rustls::ServerConfig>>,
-    /// Who is calling.
-    pub authenticator: Authenticator,
-    /// Path gate, attributes and authorizers.
-    pub decider: Decider,
-    /// The pooled client to the kubelet.
-    pub forwarder: Forwarder,
-    /// Handshake and request-header deadline.
-    pub header_read_timeout: Duration,
-    /// Time a connection may stay open with nothing in flight.
-    pub idle_connection_timeout: Duration,
-    /// Most connections served at once.
-    pub max_connections: u32,
-    /// Threads serving client connections, each with its own kubelet connection pool.
-    pub serving_threads: usize,
-    /// Time given to in-flight requests at shutdown.
-    pub shutdown_grace_period: Duration,
-    /// The metrics every part records into.
-    pub metrics: Arc<Metrics>,
-    /// What the file watcher keeps up to date, in dependency order.
-    pub reloads: ReloadRegistry,
-    /// Where audit events go, if anywhere: open, its writer running.
-    pub audit: Option<AuditLog>,
-    /// Refuse exec, attach and portForward while their audit event cannot be written.
-    pub audit_require_for_streams: bool,
-    /// Draining, closing, and the connections and sessions to wait for; shared with the
-    /// forwarder, whose upgraded sessions are among them.
-    pub shutdown: Shutdown,
-}
 
 /// Builds the services from `settings`. Must run inside a Tokio runtime: the API server
 /// clients start their tasks as they are built.
 pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = LayerMetrics::register();
     let shutdown = Shutdown::new();
     let mut reloads = settings.reloads;
     let mut clients = ApiServerClients::new(
-        Arc::clone(&metrics),
+        Arc::clone(&metrics.apiserver),
         settings.authorization.apiserver_max_reviews_inflight,
     );
     let tokens = match settings.token_review {
@@ -90,7 +50,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
                 client.clone(),
                 review.service_account_issuers,
                 review.local_audiences,
-                Arc::clone(&metrics),
+                Arc::clone(&metrics.authn),
             ));
             let stop = shutdown.draining().clone();
             let refresh = Arc::clone(&keys).run();
@@ -104,7 +64,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
                 client,
                 review.audiences,
                 review.cache_ttl,
-                Arc::clone(&metrics),
+                &metrics.authn,
             )
             .map_err(|e| client_error("--authentication-token-webhook", e))?
             .with_local_checks(keys);
@@ -122,10 +82,10 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         settings.authorization,
         &mut clients,
         &mut reloads,
-        &metrics,
+        &metrics.authz,
         shutdown.closing(),
     )?;
-    let forwarder = forwarder(settings.upstream, &metrics, &shutdown);
+    let forwarder = forwarder(settings.upstream, &metrics.forward, &shutdown);
     let audit = match settings.audit {
         Some(audit) => Some({
             let rotation = audit.options.rotation;
@@ -135,7 +95,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
                 rotation.max_backups,
             );
             let retention = audit.options.flood_retention;
-            let log = AuditLog::open(audit.target, audit.options, metrics.audit_dropped())
+            let log = AuditLog::open(audit.target, audit.options, metrics.audit.dropped())
                 .map_err(|e| ConfigError::File {
                     flag: "--audit-log-path",
                     reason: format!("cannot open: {e}"),
@@ -143,12 +103,12 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
                     source: Some(Box::new(e)),
                 })?;
             let log = match audit.policy {
-                Some(policy) => log.with_policy(PolicyGate::new(policy, metrics.audit_omitted())),
+                Some(policy) => log.with_policy(PolicyGate::new(policy, metrics.audit.omitted())),
                 None => log,
             };
             match retention {
                 Some(retention) => {
-                    log.with_budget(Budget::new(kept, retention, metrics.audit_suppressed()))
+                    log.with_budget(Budget::new(kept, retention, metrics.audit.suppressed()))
                 }
                 None => log,
             }
@@ -156,7 +116,16 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         None => None,
     };
     if let Some(failures) = authenticator.failure_budget() {
-        tokio::spawn(Arc::clone(failures).report(audit.clone(), shutdown.draining().clone()));
+        // The summaries go to the audit log, when there is one, whatever its flood budget.
+        let audit = audit.clone();
+        let summarize = move |source, skipped, since, until| {
+            if let Some(audit) = &audit
+                && let Some(event) = reviews_skipped_event(source, skipped, since, until)
+            {
+                audit.record(event);
+            }
+        };
+        tokio::spawn(Arc::clone(failures).report(summarize, shutdown.draining().clone()));
     }
     Ok(Services {
         listen_addresses: settings.listen_addresses,
@@ -173,7 +142,12 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         max_connections: settings.max_connections,
         serving_threads: settings.serving_threads,
         shutdown_grace_period: settings.shutdown_grace_period,
-        metrics,
+        metrics: ServedMetrics {
+            registry: metrics.registry,
+            server: metrics.server,
+            requests: metrics.requests,
+            reloads: metrics.reloads,
+        },
         reloads,
         audit,
         audit_require_for_streams: settings.audit_require_for_streams,
@@ -183,7 +157,11 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
 
 /// The forwarder to the kubelet (its connection pool, no connection opened yet). Also what
 /// `check-config --probe` builds, alone: it opens nothing else.
-pub fn forwarder(upstream: UpstreamSettings, metrics: &Metrics, shutdown: &Shutdown) -> Forwarder {
+pub fn forwarder(
+    upstream: UpstreamSettings,
+    metrics: &ForwardMetrics,
+    shutdown: &Shutdown,
+) -> Forwarder {
     Forwarder::with_endpoint(
         upstream.endpoint,
         ForwardOptions {
@@ -192,7 +170,7 @@ pub fn forwarder(upstream: UpstreamSettings, metrics: &Metrics, shutdown: &Shutd
             streaming_idle_timeout: upstream.streaming_idle_timeout,
             max_requests_inflight: upstream.max_requests_inflight,
             max_requests_inflight_per_user: upstream.max_requests_inflight_per_user,
-            requests_in_flight: metrics.upstream_requests_in_flight(),
+            requests_in_flight: metrics.requests_in_flight(),
             shutdown: shutdown.clone(),
         },
     )
@@ -207,9 +185,8 @@ pub fn decider_for_explain(mut settings: AuthorizationSettings) -> Result<Decide
             rbac.start_jitter = Duration::ZERO;
         }
     }
-    let metrics = Arc::new(Metrics::new());
     let mut clients = ApiServerClients::new(
-        Arc::clone(&metrics),
+        Arc::new(ApiServerMetrics::default()),
         settings.apiserver_max_reviews_inflight,
     );
     // Nobody watches files for `explain`: it decides once and exits (the RBAC authorizer's
@@ -218,7 +195,7 @@ pub fn decider_for_explain(mut settings: AuthorizationSettings) -> Result<Decide
         settings,
         &mut clients,
         &mut ReloadRegistry::default(),
-        &metrics,
+        &AuthzMetrics::default(),
         &CancellationToken::new(),
     )
 }
@@ -230,7 +207,7 @@ fn decider(
     settings: AuthorizationSettings,
     clients: &mut ApiServerClients,
     reloads: &mut ReloadRegistry,
-    metrics: &Arc<Metrics>,
+    metrics: &AuthzMetrics,
     stop: &CancellationToken,
 ) -> Result<Decider, ConfigError> {
     let node_name: Arc<str> = Arc::from(settings.node_name);
@@ -254,9 +231,7 @@ fn decider(
             AuthorizerSettings::Webhook { spec, apiserver } => {
                 let client = clients.get(*apiserver, reloads);
                 Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
-                    client,
-                    &spec,
-                    Arc::clone(metrics),
+                    client, &spec, metrics,
                 )))
             }
         });
@@ -283,14 +258,14 @@ fn client_error(
 /// API server clients by kubeconfig and timeout, so that TokenReview and the webhooks that share
 /// a connection share one client (and its connection pool and review bounds).
 struct ApiServerClients {
-    metrics: Arc<Metrics>,
+    metrics: Arc<ApiServerMetrics>,
     /// `--apiserver-max-reviews-inflight`, for every client.
     max_inflight: usize,
     built: Vec<((Option<PathBuf>, Duration), ApiServerClient)>,
 }
 
 impl ApiServerClients {
-    fn new(metrics: Arc<Metrics>, max_inflight: usize) -> Self {
+    fn new(metrics: Arc<ApiServerMetrics>, max_inflight: usize) -> Self {
         ApiServerClients {
             metrics,
             max_inflight,

@@ -11,11 +11,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::admin::metrics::{Metrics, ReviewKind};
-use crate::apiserver::{ApiCallError, ApiServerClient, ApiServerSettings, failure};
+use crate::apiserver::{
+    ApiCallError, ApiServerClient, ApiServerMetrics, ApiServerSettings, ReviewKind, failure,
+};
+use crate::authn::metrics::AuthnMetrics;
 use crate::authn::service_account_keys::ServiceAccountKeys;
+use crate::base::shutdown::Shutdown;
 use crate::config::{AuthorizerSettings, Settings, TokenReviewSettings};
-use crate::server::shutdown::Shutdown;
+use crate::forward::metrics::ForwardMetrics;
 
 /// How long each check waits for its answer.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -45,9 +48,12 @@ pub async fn run(settings: Settings) -> Findings {
 
 /// One `GET /healthz` to the kubelet, as the proxy would send it.
 async fn check_kubelet(settings: Settings, findings: &mut Findings) {
-    let metrics = Metrics::new();
     let shutdown = Shutdown::new();
-    let forwarder = crate::startup::assemble::forwarder(settings.upstream, &metrics, &shutdown);
+    let forwarder = crate::startup::assemble::forwarder(
+        settings.upstream,
+        &ForwardMetrics::default(),
+        &shutdown,
+    );
     match tokio::time::timeout(PROBE_TIMEOUT, forwarder.probe()).await {
         Ok(Ok(status)) if status.is_success() => findings.working.push(format!(
             "probe: the kubelet answered GET /healthz with {status}"
@@ -134,7 +140,7 @@ fn apiserver_checks(settings: &Settings) -> Vec<(ApiServerSettings, Vec<Need>)> 
 /// Asks the API server whether this client's identity may create each of `needs`.
 async fn check_apiserver(settings: ApiServerSettings, needs: &[Need], findings: &mut Findings) {
     let source = source_of(settings.sharing_key().0);
-    let client = ApiServerClient::new(settings, 1, Arc::new(Metrics::new()));
+    let client = ApiServerClient::new(settings, 1, Arc::new(ApiServerMetrics::default()));
     for &(verb, group, resource) in needs {
         let asked = tokio::time::timeout(PROBE_TIMEOUT, client.may(verb, group, resource)).await;
         let fix = if group == RBAC_GROUP {
@@ -178,13 +184,16 @@ async fn check_apiserver(settings: ApiServerSettings, needs: &[Need], findings: 
 /// node (docs/DELEGATION.md, "Forged tokens").
 async fn check_service_account_keys(review: &TokenReviewSettings, findings: &mut Findings) {
     let source = source_of(review.apiserver.sharing_key().0);
-    let metrics = Arc::new(Metrics::new());
-    let client = ApiServerClient::new(review.apiserver.clone(), 1, Arc::clone(&metrics));
+    let client = ApiServerClient::new(
+        review.apiserver.clone(),
+        1,
+        Arc::new(ApiServerMetrics::default()),
+    );
     let keys = ServiceAccountKeys::new(
         client,
         review.service_account_issuers.clone(),
         review.local_audiences.clone(),
-        metrics,
+        Arc::new(AuthnMetrics::default()),
     );
     match tokio::time::timeout(PROBE_TIMEOUT, keys.fetch()).await {
         Ok(Ok(count)) => findings.working.push(format!(

@@ -60,7 +60,8 @@ fn padding_ends_a_prefix_at_a_block() {
 
 #[tokio::test]
 async fn concurrent_misses_make_one_call_and_errors_are_not_kept() {
-    let metrics = Arc::new(Metrics::new());
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Arc::new(ApiServerMetrics::register(&mut registry));
     let cache: Arc<ReviewCache<u32>> = Arc::new(ReviewCache::new(
         ReviewKind::TokenReview,
         100,
@@ -101,7 +102,7 @@ async fn concurrent_misses_make_one_call_and_errors_are_not_kept() {
         .get_or_review(key("e"), || async { Ok::<_, &str>(9) })
         .await;
     assert_eq!(retried, Ok(9), "an error must not be cached");
-    let exposition = metrics.encode();
+    let exposition = crate::base::metrics::encode(&registry);
     assert!(
         exposition.contains(r#"cache="TokenReview",result="hit""#),
         "{exposition}"
@@ -118,7 +119,7 @@ async fn distinct_keys_far_beyond_the_cap_never_exceed_it() {
         ReviewKind::TokenReview,
         CAP,
         |_| Duration::from_secs(3600),
-        Arc::new(Metrics::new()),
+        Arc::new(ApiServerMetrics::default()),
     );
     let mut most = 0;
     for i in 0..1_000_000u32 {
@@ -152,7 +153,7 @@ async fn ttl_is_chosen_per_answer() {
                 Duration::ZERO
             }
         },
-        Arc::new(Metrics::new()),
+        Arc::new(ApiServerMetrics::default()),
     );
     assert_eq!(
         cache
@@ -191,7 +192,7 @@ async fn a_miss_after_expiry_joins_the_refresh_ahead_still_running() {
         ReviewKind::TokenReview,
         100,
         |_| TTL,
-        Arc::new(Metrics::new()),
+        Arc::new(ApiServerMetrics::default()),
     ));
     let reviews = Arc::new(AtomicUsize::new(0));
     let (release, gate) = tokio::sync::watch::channel(false);

@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::policy::{ObjectKey, PolicyAuthorizer};
 use super::{Attributes, Decision, Reason};
-use crate::admin::reports::Reports;
 use crate::apiserver::ApiServerSettings;
+use crate::base::reports::Reports;
 use health::Health;
 pub use health::State;
 pub use kinds::WatchKind;

@@ -28,7 +28,7 @@ use k8s_openapi::api::authorization::v1::SubjectAccessReviewSpec;
 
 use super::REQUEST;
 use crate::apiserver::MAX_RESPONSE_BYTES;
-use crate::request::canonical_path::MAX_PATH_LEN;
+use crate::base::wire::MAX_PATH_LEN;
 
 /// kube-apiserver's `celconfig.PerCallLimit`: the most one evaluation of one expression may cost.
 pub const PER_CALL_LIMIT: u64 = 1_000_000;

@@ -12,7 +12,7 @@ use super::*;
 use crate::authz::attributes::AttributeMapping;
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
-use crate::startup::reload::Reloadable;
+use crate::base::reload::Reloadable;
 
 /// alice may exec, attach, port-forward and read logs in pod team-a/web-0 only, and do all of
 /// that to every pod of team-b; ops may create nodes/proxy (every pod, as the kubelet allows).

@@ -11,7 +11,7 @@ use super::*;
 use crate::authz::attributes::{AttributeMapping, kubelet_attributes};
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
-use crate::startup::reload::Reloadable;
+use crate::base::reload::Reloadable;
 
 const PROXY_ONLY: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1

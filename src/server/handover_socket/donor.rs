@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 
 use super::wire::{self, ASK, DRAINING, SERVING};
 use super::{ANSWER_TIMEOUT, is_our_user};
-use crate::admin::generation::Generation;
+use crate::server::generation::Generation;
 use crate::server::handover::{HandoverSockets, READY_TIMEOUT};
 
 /// Why a handover through `--handover-socket` did not complete. The running proxy goes on

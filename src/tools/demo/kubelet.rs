@@ -30,8 +30,8 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::TlsAcceptor;
 
+use crate::base::wire::is_upgrade_request;
 use crate::forward::UpstreamTarget;
-use crate::request::wire::is_upgrade_request;
 
 /// Bounds a TLS handshake and the switch of an upgraded connection, so a client that stalls
 /// cannot keep a task alive.

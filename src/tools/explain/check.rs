@@ -22,9 +22,9 @@ use serde::{Deserialize, Serialize};
 
 use super::render::printable;
 use super::{EXIT_ALLOWED, EXIT_ERROR, EXIT_NOT_ALLOWED, OutputFormat, caller, explain, print};
-use crate::admin::metrics::Outcome;
 use crate::config::file::read_text;
 use crate::request::decision::Decider;
+use crate::request::outcome::Outcome;
 
 /// The flag the table comes from, for errors.
 const FLAG: &str = "--check";

@@ -14,12 +14,12 @@ use std::path::PathBuf;
 use http::Method;
 use serde::Serialize;
 
-use crate::admin::metrics::Outcome;
 use crate::authn::{ANONYMOUS_USER, UNAUTHENTICATED_GROUP, User};
 use crate::authz::live_rbac::{RbacStatus, State as RbacState};
 use crate::config::AuthorizationSettings;
 use crate::config::file::Origins;
 use crate::config::flags::ProxyFlags;
+use crate::request::outcome::Outcome;
 use crate::startup::assemble::decider_for_explain;
 
 pub use crate::authz::policy::lint::{

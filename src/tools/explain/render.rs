@@ -3,7 +3,7 @@
 use std::fmt::{self, Write as _};
 
 use super::{Answer, AuthorizerAnswer, Explanation, PathVerdict, WebhookStep};
-use crate::admin::metrics::Outcome;
+use crate::request::outcome::Outcome;
 
 /// The JSON document (pretty-printed).
 pub fn render_json(explanation: &Explanation) -> String {

@@ -7,17 +7,18 @@ use std::time::Duration;
 use http::Method;
 
 use super::*;
-use crate::admin::metrics::Metrics;
+use crate::apiserver::ApiServerMetrics;
 use crate::apiserver::{ApiServerClient, ApiServerSettings};
 use crate::authz::attributes::AttributeMapping;
 use crate::authz::match_conditions::MatchConditions;
+use crate::authz::metrics::AuthzMetrics;
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
 use crate::authz::webhook::SubjectAccessReviewAuthorizer;
 use crate::authz::{Authorizer, AuthorizerChain};
+use crate::base::reload::Reloadable;
 use crate::config::authorization::{FailurePolicy, WebhookSpec};
 use crate::request::decision::Decider;
-use crate::startup::reload::Reloadable;
 
 const NODE: &str = "node-a";
 
@@ -618,7 +619,6 @@ fn webhook(conditions: &[&str], failure_policy: FailurePolicy) -> Authorizer {
         failure_policy,
         match_conditions: MatchConditions::compile(conditions.iter().copied()).unwrap(),
     };
-    let metrics = Arc::new(Metrics::new());
     let client = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -627,9 +627,9 @@ fn webhook(conditions: &[&str], failure_policy: FailurePolicy) -> Authorizer {
         .unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     Authorizer::Webhook(Arc::new(SubjectAccessReviewAuthorizer::new(
-        ApiServerClient::new(client, 1, Arc::clone(&metrics)),
+        ApiServerClient::new(client, 1, Arc::new(ApiServerMetrics::default())),
         &spec,
-        metrics,
+        &AuthzMetrics::default(),
     )))
 }
 

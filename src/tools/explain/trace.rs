@@ -12,12 +12,12 @@ use super::{
     ConditionOutcome, Explanation, KIND, PathVerdict, PodSet, RbacView, RequestInfo, UserInfo,
     WebhookStep,
 };
-use crate::admin::metrics::Outcome;
 use crate::authn::{Authentication, User};
 use crate::authz::match_conditions::{ConditionResult, ConditionTrace};
 use crate::authz::policy::lint::lint_policies;
 use crate::authz::{AuthorizationError, Authorizer, AuthorizerChain, Decision};
 use crate::request::decision::{Decider, Observer, Verdict};
+use crate::request::outcome::Outcome;
 use crate::request::responses::ResponseBody;
 
 /// Explains `method target` for `user`, taken as authenticated, by deciding it exactly as the

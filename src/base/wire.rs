@@ -1,9 +1,17 @@
-//! HTTP and WebSocket protocol knowledge that authentication and forwarding share: list-valued
-//! header parsing, what makes a request an upgrade, and the bearer-token WebSocket subprotocol.
+//! HTTP and WebSocket protocol knowledge that authentication, authorization and forwarding share:
+//! list-valued header parsing, what makes a request an upgrade, the bearer-token WebSocket
+//! subprotocol, and the longest path accepted.
 //! One definition each, so the authenticator and the header hygiene cannot drift apart.
 
 use http::Version;
 use http::header::{CONNECTION, HeaderMap, HeaderName, SEC_WEBSOCKET_PROTOCOL, UPGRADE};
+
+/// The longest raw request path accepted, in bytes: the path gate
+/// ([`crate::request::canonical_path`]) refuses longer ones, and the cost model of match
+/// conditions ([`crate::authz::match_conditions`]) counts on it. Kubelet paths are short (the
+/// longest real ones, `/exec/{ns}/{pod}/{uid}/{container}`, stay under 400 bytes); 8 KiB leaves
+/// room for long log file names while bounding the work and memory one request can cost.
+pub const MAX_PATH_LEN: usize = 8 * 1024;
 
 /// The `Sec-WebSocket-Protocol` entry prefix Kubernetes clients use to carry a bearer token on a
 /// WebSocket handshake (browsers cannot set `Authorization`); the rest of the entry is the token,

@@ -15,6 +15,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use tracing::debug;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
@@ -49,7 +50,13 @@ impl CertificateSource {
 
 /// Every certificate of a PEM file (one without any keeps the figures last read).
 fn read_pem(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    crate::tls::read_certs(path).map_err(|e| e.to_string())
+    let certificates = CertificateDer::pem_file_iter(path)
+        .and_then(Iterator::collect::<Result<Vec<_>, _>>)
+        .map_err(|e| e.to_string())?;
+    if certificates.is_empty() {
+        return Err("no certificate in the file".to_owned());
+    }
+    Ok(certificates)
 }
 
 /// Labels of a certificate's expiry.

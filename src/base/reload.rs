@@ -18,8 +18,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::admin::certificates::CertificateSource;
-use crate::admin::metrics::{Metrics, ReloadResult};
+use crate::base::certificates::CertificateSource;
+
+mod metrics;
+
+pub use metrics::{ReloadLabels, ReloadMetrics, ReloadResult};
 
 /// How often files are re-checked without a change notification.
 const RECHECK_INTERVAL: Duration = Duration::from_secs(60);
@@ -204,7 +207,7 @@ impl<T: Send + Sync> ReloadTarget for Reloadable<T> {
 /// is almost always a file caught between truncation and write (`cat >`, an editor), and applying
 /// it would, for a policy, refuse every request.
 fn fingerprint(paths: &[PathBuf]) -> Result<[u8; 32], ReloadError> {
-    let mut hasher = crate::apiserver::cache::KeyHasher::sha256();
+    let mut hasher = ring::digest::Context::new(&ring::digest::SHA256);
     for path in paths {
         let bytes = std::fs::read(path).map_err(|source| ReloadError::Read {
             path: path.clone(),
@@ -213,27 +216,30 @@ fn fingerprint(paths: &[PathBuf]) -> Result<[u8; 32], ReloadError> {
         if bytes.is_empty() {
             return Err(ReloadError::Empty { path: path.clone() });
         }
-        hasher.field(&bytes);
+        hasher.update(&(bytes.len() as u64).to_be_bytes());
+        hasher.update(&bytes);
     }
-    Ok(hasher.finish())
+    let mut fingerprint = [0; 32];
+    fingerprint.copy_from_slice(hasher.finish().as_ref());
+    Ok(fingerprint)
 }
 
 /// Checks every target, in order (the client CA before the serving configuration that
 /// advertises it), logging and counting what happened.
-pub fn reload_all(targets: &[Arc<dyn ReloadTarget>], metrics: &Metrics) {
+pub fn reload_all(targets: &[Arc<dyn ReloadTarget>], metrics: &ReloadMetrics) {
     for target in targets {
         match target.reload_if_changed() {
             Reload::Unchanged => {}
             Reload::Applied => {
                 info!(target = target.target(), "reloaded");
-                metrics.observe_reload(target.target(), ReloadResult::Applied);
+                metrics.observe(target.target(), ReloadResult::Applied);
                 metrics
                     .certificates()
                     .reloaded(target.target(), target.paths());
             }
             Reload::Failed(reason) => {
                 error!(target = target.target(), %reason, "reload failed; keeping the previous version");
-                metrics.observe_reload(target.target(), ReloadResult::Failed);
+                metrics.observe(target.target(), ReloadResult::Failed);
             }
         }
     }
@@ -366,13 +372,13 @@ impl FileWatcher {
 
     /// Applies changes until `stop` is cancelled. Checks once at the start, for anything written
     /// between the first load of the files and the start of the watch.
-    pub async fn run(mut self, metrics: Arc<Metrics>, stop: CancellationToken) {
+    pub async fn run(mut self, metrics: ReloadMetrics, stop: CancellationToken) {
         if self.targets.is_empty() {
             return;
         }
         // Every target was loaded into force at start, just before this.
         for target in &self.targets {
-            metrics.watch_reloads(target.target());
+            metrics.watch(target.target());
             metrics
                 .certificates()
                 .reloaded(target.target(), target.paths());
@@ -383,7 +389,7 @@ impl FileWatcher {
             let (targets, certificates, reload_metrics) = (
                 self.targets.clone(),
                 Arc::clone(&self.certificates),
-                Arc::clone(&metrics),
+                metrics.clone(),
             );
             // Reading and parsing files blocks; keep it off the request threads.
             let _ = tokio::task::spawn_blocking(move || {

@@ -1,9 +1,10 @@
 //! Reports of a recurring failure, at most one per cause per minute: a kubelet or an API server
 //! that is down must not turn into a log line per request, while every new cause is said at once.
-//! The upstream causes (`proxy::cause`) and failed reviews (`apiserver::failure`) both use it.
+//! The upstream causes (`forward::cause`), failed reviews (`apiserver::failure`) and the RBAC
+//! authorizer's watches use it.
 
-/// Admits one report per cause per minute. `K` is the cause: the upstream
-/// [`Cause`](crate::forward::cause::Cause), or a review kind and its cause.
+/// Admits one report per cause per minute. `K` is the cause: an upstream cause, or a review kind
+/// and its cause.
 #[derive(Debug)]
 pub struct Reports<K> {
     last: std::sync::Mutex<Vec<(K, std::time::Instant)>>,
@@ -44,13 +45,12 @@ impl<K: PartialEq + Copy> Reports<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::forward::cause::Cause;
 
     #[test]
     fn each_cause_is_reported_once_a_minute() {
         let reports = Reports::default();
-        assert!(reports.admit(Cause::UnknownCa));
-        assert!(!reports.admit(Cause::UnknownCa));
-        assert!(reports.admit(Cause::Refused));
+        assert!(reports.admit("unknown_ca"));
+        assert!(!reports.admit("unknown_ca"));
+        assert!(reports.admit("connection_refused"));
     }
 }

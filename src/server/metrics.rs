@@ -1,0 +1,105 @@
+//! The server's metrics: client connections open and the cap on them, failed handshakes,
+//! connections closed for missing a deadline, connections each serving thread was handed, and
+//! which generation of the proxy serves ([`super::generation`]).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::generation::Generation;
+
+/// Labels of the per-thread counters: the serving thread's index, from 0.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct ThreadLabels {
+    /// The serving thread ([`super::serving_threads`]).
+    thread: u16,
+}
+
+/// The server's families.
+#[derive(Debug)]
+pub struct ServerMetrics {
+    connections: Gauge,
+    connections_limit: Gauge,
+    handshake_failures: Counter,
+    connection_timeouts: Counter,
+    accepted: Family<ThreadLabels, Counter>,
+    generation: Generation,
+}
+
+impl ServerMetrics {
+    /// Registers the families in `registry`; the build information and this process's start
+    /// time are set now.
+    pub fn register(registry: &mut Registry) -> ServerMetrics {
+        let metrics = ServerMetrics {
+            connections: Gauge::default(),
+            connections_limit: Gauge::default(),
+            handshake_failures: Counter::default(),
+            connection_timeouts: Counter::default(),
+            accepted: Family::default(),
+            generation: Generation::register(registry),
+        };
+        registry.register(
+            "connections_open",
+            "Client connections currently open, upgraded exec, attach and portForward sessions included",
+            metrics.connections.clone(),
+        );
+        registry.register(
+            "connections_limit",
+            "Most client connections served at once (--max-connections, lowered when the file-descriptor limit asks): connections_open / connections_limit is how near the cap the proxy is",
+            metrics.connections_limit.clone(),
+        );
+        registry.register(
+            "tls_handshake_failures",
+            "Client TLS handshakes that failed or timed out",
+            metrics.handshake_failures.clone(),
+        );
+        registry.register(
+            "connection_timeouts",
+            "Client connections closed because no request came within --header-read-timeout after the handshake, or within --idle-connection-timeout after the last one",
+            metrics.connection_timeouts.clone(),
+        );
+        registry.register(
+            "serving_thread_connections_accepted",
+            "Client connections accepted, by serving thread (--serving-threads): how evenly the threads share the connections",
+            metrics.accepted.clone(),
+        );
+        metrics
+    }
+
+    /// The open-connections gauge: every client connection, upgraded sessions included, counted
+    /// by its [`ConnectionSlot`](super::deadlines::ConnectionSlot).
+    pub fn connections(&self) -> &Gauge {
+        &self.connections
+    }
+
+    /// Sets the cap on client connections in force, for alerts on how near it the proxy is.
+    pub fn set_connections_limit(&self, limit: u32) {
+        self.connections_limit.set(i64::from(limit));
+    }
+
+    /// Counts a failed or timed-out TLS handshake.
+    pub fn handshake_failed(&self) {
+        self.handshake_failures.inc();
+    }
+
+    /// Counts a connection closed for missing its first-request or idle deadline.
+    pub fn connection_timed_out(&self) {
+        self.connection_timeouts.inc();
+    }
+
+    /// The counter of connections accepted by serving thread `thread`, resolved once by the
+    /// thread so that accepting costs one increment.
+    pub fn accepted_by(&self, thread: usize) -> Counter {
+        let thread = u16::try_from(thread).unwrap_or(u16::MAX);
+        self.accepted
+            .get_or_create(&ThreadLabels { thread })
+            .clone()
+    }
+
+    /// Build, start time and handovers.
+    pub fn generation(&self) -> &Generation {
+        &self.generation
+    }
+}
