@@ -123,7 +123,11 @@ fn the_map_lists_every_module_once() {
     let lib = std::fs::read_to_string(src().join("lib.rs")).expect("src/lib.rs");
     let order = map_order(&lib);
     let listed: BTreeSet<String> = order.iter().cloned().collect();
-    assert_eq!(listed.len(), order.len(), "a module listed twice: {order:?}");
+    assert_eq!(
+        listed.len(),
+        order.len(),
+        "a module listed twice: {order:?}"
+    );
     assert_eq!(
         listed,
         declared_modules(&lib),

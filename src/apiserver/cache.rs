@@ -27,7 +27,7 @@ use prometheus_client::metrics::counter::Counter;
 use ring::{digest, hmac};
 use tokio::sync::watch;
 
-use super::metrics::{ApiServerMetrics, CacheResult, RefreshResult, ReviewKind};
+use super::metrics::{ApiServerMetrics, CacheResult, ReviewKind};
 use policy::Fill;
 
 /// A cache key: the digest of everything the answer depends on.
@@ -313,13 +313,13 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(key, joined);
         tokio::spawn(async move {
-            let result = match review.await {
+            let replaced = match review.await {
                 Ok(value) => {
                     let stored = cache.stored(key, value, Fill::Renewal).await;
                     cache.entries.insert(key, stored).await;
-                    RefreshResult::Replaced
+                    true
                 }
-                Err(_) => RefreshResult::Failed,
+                Err(_) => false,
             };
             cache
                 .refreshes
@@ -328,7 +328,7 @@ impl<V: Clone + Send + Sync + 'static> ReviewCache<V> {
                 .remove(&key);
             // Wakes the misses that joined this refresh: the entry is in place (or not).
             drop(running);
-            cache.metrics.refreshed_ahead(cache.kind, result);
+            cache.metrics.refreshed_ahead(cache.kind, replaced);
         });
     }
 

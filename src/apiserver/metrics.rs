@@ -12,7 +12,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::failure::FAILURE_CAUSES;
-use crate::base::metrics::latency_histogram;
+use crate::base::metrics::{latency_histogram, register};
 
 /// Which review an API server call makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, EncodeLabelValue)]
@@ -70,31 +70,14 @@ impl EncodeLabelValue for CacheResult {
     }
 }
 
-/// How a refresh ahead ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RefreshResult {
-    /// The API server answered: its answer replaced the entry.
-    Replaced,
-    /// The review failed: the entry stays to its original expiry.
-    Failed,
-}
-
-impl EncodeLabelValue for RefreshResult {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let value = match self {
-            RefreshResult::Replaced => "replaced",
-            RefreshResult::Failed => "failed",
-        };
-        EncodeLabelValue::encode(&value, encoder)
-    }
-}
-
 /// Labels of refreshes ahead.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RefreshLabels {
     /// Which cache: the TokenReview or the SubjectAccessReview one.
     cache: ReviewKind,
-    result: RefreshResult,
+    /// `replaced` (the API server answered: its answer replaced the entry) or `failed` (the
+    /// entry stays to its original expiry).
+    result: &'static str,
 }
 
 /// Labels of cache lookups.
@@ -129,17 +112,9 @@ pub struct ApiServerMetrics {
 }
 
 impl Default for ApiServerMetrics {
-    /// Metrics nobody serves (`explain`, `check-config --probe`, tests).
+    /// Families registered nowhere (`explain`, `check-config --probe`, tests).
     fn default() -> Self {
-        ApiServerMetrics::register(&mut Registry::default())
-    }
-}
-
-impl ApiServerMetrics {
-    /// Registers the families in `registry`, the counters alerts take `increase()` of created at
-    /// 0 for every kind and cause.
-    pub fn register(registry: &mut Registry) -> ApiServerMetrics {
-        let metrics = ApiServerMetrics {
+        ApiServerMetrics {
             calls: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             in_flight: Family::default(),
@@ -150,57 +125,27 @@ impl ApiServerMetrics {
             hold_off_until: Gauge::default(),
             cache_lookups: Family::default(),
             refreshes_ahead: Family::default(),
-        };
-        registry.register(
-            "apiserver_calls",
-            "TokenReview and SubjectAccessReview HTTP attempts, by kind and status code (0: no answer)",
-            metrics.calls.clone(),
-        );
-        registry.register(
-            "apiserver_call_duration_seconds",
-            "Duration of TokenReview and SubjectAccessReview HTTP attempts",
-            metrics.latency.clone(),
-        );
-        registry.register(
-            "apiserver_reviews_in_flight",
-            "TokenReviews and SubjectAccessReviews being made now (attempts and retries), at most --apiserver-max-reviews-inflight per kind",
-            metrics.in_flight.clone(),
-        );
-        registry.register(
-            "apiserver_reviews_waiting",
-            "Reviews waiting for a place under --apiserver-max-reviews-inflight",
-            metrics.waiting.clone(),
-        );
-        registry.register(
-            "apiserver_reviews_refused",
-            "Reviews never made because no place came free in time or too many were waiting; their requests failed closed",
-            metrics.refused.clone(),
-        );
-        registry.register(
-            "review_cache_lookups",
-            "Token and authorization cache lookups: hit, miss (called the API server) or coalesced (waited for a call already in flight)",
-            metrics.cache_lookups.clone(),
-        );
-        registry.register(
-            "apiserver_review_failures",
-            "TokenReviews and SubjectAccessReviews that failed after their retries, by cause; each failed its request closed",
-            metrics.failures.clone(),
-        );
-        registry.register(
-            "apiserver_reviews_held_off",
-            "Reviews not sent because the API server's Retry-After outlasted --apiserver-request-timeout; each failed its request closed",
-            metrics.held_off.clone(),
-        );
-        registry.register(
-            "apiserver_hold_off_until_timestamp_seconds",
-            "End of the API server's last Retry-After hold as Unix time (0: none); the hold left is this minus time(), when positive",
-            metrics.hold_off_until.clone(),
-        );
-        registry.register(
-            "cache_refreshes_ahead",
-            "Cache entries revalidated in the background because they were used in the last tenth of their lifetime, by result",
-            metrics.refreshes_ahead.clone(),
-        );
+        }
+    }
+}
+
+impl ApiServerMetrics {
+    /// Registers the families in `registry`, the counters alerts take `increase()` of created at
+    /// 0 for every kind and cause.
+    pub fn register(registry: &mut Registry) -> ApiServerMetrics {
+        let metrics = ApiServerMetrics::default();
+        register! { registry, metrics;
+            calls => "apiserver_calls", "TokenReview and SubjectAccessReview HTTP attempts, by kind and status code (0: no answer)";
+            latency => "apiserver_call_duration_seconds", "Duration of TokenReview and SubjectAccessReview HTTP attempts";
+            in_flight => "apiserver_reviews_in_flight", "TokenReviews and SubjectAccessReviews being made now (attempts and retries), at most --apiserver-max-reviews-inflight per kind";
+            waiting => "apiserver_reviews_waiting", "Reviews waiting for a place under --apiserver-max-reviews-inflight";
+            refused => "apiserver_reviews_refused", "Reviews never made because no place came free in time or too many were waiting; their requests failed closed";
+            cache_lookups => "review_cache_lookups", "Token and authorization cache lookups: hit, miss (called the API server) or coalesced (waited for a call already in flight)";
+            failures => "apiserver_review_failures", "TokenReviews and SubjectAccessReviews that failed after their retries, by cause; each failed its request closed";
+            held_off => "apiserver_reviews_held_off", "Reviews not sent because the API server's Retry-After outlasted --apiserver-request-timeout; each failed its request closed";
+            hold_off_until => "apiserver_hold_off_until_timestamp_seconds", "End of the API server's last Retry-After hold as Unix time (0: none); the hold left is this minus time(), when positive";
+            refreshes_ahead => "cache_refreshes_ahead", "Cache entries revalidated in the background because they were used in the last tenth of their lifetime, by result";
+        }
         for kind in [ReviewKind::TokenReview, ReviewKind::SubjectAccessReview] {
             for cause in FAILURE_CAUSES {
                 drop(
@@ -287,8 +232,9 @@ impl ApiServerMetrics {
             .clone()
     }
 
-    /// Counts a refresh ahead of a cache entry, by result.
-    pub fn refreshed_ahead(&self, cache: ReviewKind, result: RefreshResult) {
+    /// Counts a refresh ahead of a cache entry: its answer `replaced` the entry, or it failed.
+    pub fn refreshed_ahead(&self, cache: ReviewKind, replaced: bool) {
+        let result = if replaced { "replaced" } else { "failed" };
         self.refreshes_ahead
             .get_or_create(&RefreshLabels { cache, result })
             .inc();

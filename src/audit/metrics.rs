@@ -7,6 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use super::policy::OmittedEvents;
+use crate::base::metrics::register;
 
 /// Labels of suppressed audit events: why, and whether the caller was authenticated (never who:
 /// the summary events name the identities).
@@ -26,7 +27,7 @@ struct AuditOmittedLabels {
 }
 
 /// The audit families.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct AuditMetrics {
     dropped: Counter,
     suppressed: Family<SuppressedLabels, Counter>,
@@ -37,26 +38,12 @@ impl AuditMetrics {
     /// Registers the families in `registry`, whether or not there is an audit log (they stay at
     /// 0 or empty without one).
     pub fn register(registry: &mut Registry) -> AuditMetrics {
-        let metrics = AuditMetrics {
-            dropped: Counter::default(),
-            suppressed: Family::default(),
-            omitted: Family::default(),
-        };
-        registry.register(
-            "audit_events_dropped",
-            "Audit events not written: the writer fell behind (queue full) or writing failed",
-            metrics.dropped.clone(),
-        );
-        registry.register(
-            "audit_events_suppressed",
-            "Audit events not written because their identity's (reason budget) or the overall (overall_budget) flood budget was spent; summary events name the identities",
-            metrics.suppressed.clone(),
-        );
-        registry.register(
-            "audit_events_omitted",
-            "Audit events --audit-policy-file left out, by reason: no_rule (no rule matched: level None), level_none (the matching rule's level is None), omitted_stage (the rule's omitStages)",
-            metrics.omitted.clone(),
-        );
+        let metrics = AuditMetrics::default();
+        register! { registry, metrics;
+            dropped => "audit_events_dropped", "Audit events not written: the writer fell behind (queue full) or writing failed";
+            suppressed => "audit_events_suppressed", "Audit events not written because their identity's (reason budget) or the overall (overall_budget) flood budget was spent; summary events name the identities";
+            omitted => "audit_events_omitted", "Audit events --audit-policy-file left out, by reason: no_rule (no rule matched: level None), level_none (the matching rule's level is None), omitted_stage (the rule's omitStages)";
+        }
         metrics
     }
 

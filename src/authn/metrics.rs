@@ -9,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::jwt::Rejection;
+use crate::base::metrics::register;
 
 /// Labels of tokens refused on the node.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -32,7 +33,7 @@ struct FetchResultLabels {
 }
 
 /// The authentication families.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct AuthnMetrics {
     refused_locally: Family<LocalRejectionLabels, Counter>,
     key_fetches: Family<FetchResultLabels, Counter>,
@@ -40,42 +41,16 @@ pub struct AuthnMetrics {
     reviews_skipped: Family<SkippedBudgetLabels, Counter>,
 }
 
-impl Default for AuthnMetrics {
-    /// Metrics nobody serves (`check-config --probe`, tests).
-    fn default() -> Self {
-        AuthnMetrics::register(&mut Registry::default())
-    }
-}
-
 impl AuthnMetrics {
     /// Registers the families in `registry`.
     pub fn register(registry: &mut Registry) -> AuthnMetrics {
-        let metrics = AuthnMetrics {
-            refused_locally: Family::default(),
-            key_fetches: Family::default(),
-            keys: Gauge::default(),
-            reviews_skipped: Family::default(),
-        };
-        registry.register(
-            "tokens_refused_locally",
-            "Bearer tokens of the cluster's service-account issuer refused on the node, without a TokenReview, by reason: malformed, unknown_key, signature, expired, not_yet_valid, audience, algorithm",
-            metrics.refused_locally.clone(),
-        );
-        registry.register(
-            "service_account_key_fetches",
-            "Fetches of the service-account issuer's public keys from the API server, by result (success, failed)",
-            metrics.key_fetches.clone(),
-        );
-        registry.register(
-            "token_reviews_skipped",
-            "Bearer tokens answered 401 without a TokenReview because their source's failed authentications were over budget, by the budget spent: source (the source's own) or overall (the node's)",
-            metrics.reviews_skipped.clone(),
-        );
-        registry.register(
-            "service_account_keys",
-            "Public keys of the service-account issuer held for checking tokens on the node (0: none, every token goes to TokenReview)",
-            metrics.keys.clone(),
-        );
+        let metrics = AuthnMetrics::default();
+        register! { registry, metrics;
+            refused_locally => "tokens_refused_locally", "Bearer tokens of the cluster's service-account issuer refused on the node, without a TokenReview, by reason: malformed, unknown_key, signature, expired, not_yet_valid, audience, algorithm";
+            key_fetches => "service_account_key_fetches", "Fetches of the service-account issuer's public keys from the API server, by result (success, failed)";
+            reviews_skipped => "token_reviews_skipped", "Bearer tokens answered 401 without a TokenReview because their source's failed authentications were over budget, by the budget spent: source (the source's own) or overall (the node's)";
+            keys => "service_account_keys", "Public keys of the service-account issuer held for checking tokens on the node (0: none, every token goes to TokenReview)";
+        }
         metrics
     }
 

@@ -8,6 +8,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use super::live_rbac::metrics::RbacMetrics;
+use crate::base::metrics::register;
 
 /// Labels of a webhook authorizer's metrics.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -17,19 +18,12 @@ struct AuthorizerLabels {
     name: String,
 }
 
-/// The authorization families.
-#[derive(Debug)]
+/// The authorization families (a default one is registered nowhere: `explain`, tests).
+#[derive(Debug, Default)]
 pub struct AuthzMetrics {
     condition_exclusions: Family<AuthorizerLabels, Counter>,
     condition_errors: Family<AuthorizerLabels, Counter>,
     rbac: RbacMetrics,
-}
-
-impl Default for AuthzMetrics {
-    /// Metrics nobody serves (`explain`, tests).
-    fn default() -> Self {
-        AuthzMetrics::register(&mut Registry::default())
-    }
 }
 
 impl AuthzMetrics {
@@ -37,20 +31,13 @@ impl AuthzMetrics {
     /// configured (they stay empty without it).
     pub fn register(registry: &mut Registry) -> AuthzMetrics {
         let metrics = AuthzMetrics {
-            condition_exclusions: Family::default(),
-            condition_errors: Family::default(),
             rbac: RbacMetrics::register(registry),
+            ..AuthzMetrics::default()
         };
-        registry.register(
-            "authorization_match_condition_exclusions",
-            "Webhook authorizations skipped because a matchCondition was false (no opinion, no SubjectAccessReview), by authorizer",
-            metrics.condition_exclusions.clone(),
-        );
-        registry.register(
-            "authorization_match_condition_evaluation_errors",
-            "Webhook authorizations whose matchConditions could not be evaluated (the failurePolicy answered), by authorizer",
-            metrics.condition_errors.clone(),
-        );
+        register! { registry, metrics;
+            condition_exclusions => "authorization_match_condition_exclusions", "Webhook authorizations skipped because a matchCondition was false (no opinion, no SubjectAccessReview), by authorizer";
+            condition_errors => "authorization_match_condition_evaluation_errors", "Webhook authorizations whose matchConditions could not be evaluated (the failurePolicy answered), by authorizer";
+        }
         metrics
     }
 

@@ -19,6 +19,8 @@ use rustls::pki_types::pem::PemObject;
 use tracing::debug;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use crate::base::metrics::register;
+
 /// A gauge of seconds since the Unix epoch.
 type Timestamp = Gauge<f64, std::sync::atomic::AtomicU64>;
 
@@ -80,7 +82,7 @@ struct ReloadedLabels {
 }
 
 /// The certificate and reload metrics, registered with the proxy's others.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct CertificateMetrics {
     expiry: Family<CertificateLabels, Timestamp>,
     reloaded: Family<ReloadedLabels, Timestamp>,
@@ -92,23 +94,12 @@ pub struct CertificateMetrics {
 impl CertificateMetrics {
     /// Registers both families (empty until the first [`observe`](Self::observe)).
     pub fn register(registry: &mut Registry) -> CertificateMetrics {
-        let expiry = Family::<CertificateLabels, Timestamp>::default();
-        registry.register(
-            "certificate_expiration_timestamp_seconds",
-            "notAfter of each certificate the proxy loads, as Unix time, by role (serving, client_ca, upstream_ca, upstream_client, apiserver_ca, apiserver_client), file and place in the file; read again after every reload pass",
-            expiry.clone(),
-        );
-        let reloaded = Family::<ReloadedLabels, Timestamp>::default();
-        registry.register(
-            "config_last_reload_success_timestamp_seconds",
-            "When each watched file was last loaded into force (at start, then by a reload), as Unix time, by reload target and file",
-            reloaded.clone(),
-        );
-        CertificateMetrics {
-            expiry,
-            reloaded,
-            set: Arc::default(),
+        let metrics = CertificateMetrics::default();
+        register! { registry, metrics;
+            expiry => "certificate_expiration_timestamp_seconds", "notAfter of each certificate the proxy loads, as Unix time, by role (serving, client_ca, upstream_ca, upstream_client, apiserver_ca, apiserver_client), file and place in the file; read again after every reload pass";
+            reloaded => "config_last_reload_success_timestamp_seconds", "When each watched file was last loaded into force (at start, then by a reload), as Unix time, by reload target and file";
         }
+        metrics
     }
 
     /// Reads every source again and sets its certificates' expiry. A source that cannot be read

@@ -14,6 +14,16 @@ pub fn registry() -> Registry {
     Registry::with_prefix(PREFIX)
 }
 
+/// Registers fields of `metrics` in `registry`, one line each: the field, its name (after the
+/// [`PREFIX`]) and its help text, so that a layer's families read as a table beside the code
+/// that updates them.
+macro_rules! register {
+    ($registry:expr, $metrics:ident; $($field:ident => $name:literal, $help:literal;)*) => {
+        $($registry.register($name, $help, $metrics.$field.clone());)*
+    };
+}
+pub(crate) use register;
+
 /// The Prometheus text exposition of every metric in `registry`.
 pub fn encode(registry: &Registry) -> String {
     let mut out = String::new();

@@ -22,7 +22,7 @@ use crate::base::certificates::CertificateSource;
 
 mod metrics;
 
-pub use metrics::{ReloadLabels, ReloadMetrics, ReloadResult};
+pub use metrics::ReloadMetrics;
 
 /// How often files are re-checked without a change notification.
 const RECHECK_INTERVAL: Duration = Duration::from_secs(60);
@@ -232,14 +232,14 @@ pub fn reload_all(targets: &[Arc<dyn ReloadTarget>], metrics: &ReloadMetrics) {
             Reload::Unchanged => {}
             Reload::Applied => {
                 info!(target = target.target(), "reloaded");
-                metrics.observe(target.target(), ReloadResult::Applied);
+                metrics.observe(target.target(), true);
                 metrics
                     .certificates()
                     .reloaded(target.target(), target.paths());
             }
             Reload::Failed(reason) => {
                 error!(target = target.target(), %reason, "reload failed; keeping the previous version");
-                metrics.observe(target.target(), ReloadResult::Failed);
+                metrics.observe(target.target(), false);
             }
         }
     }

@@ -5,29 +5,22 @@
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-/// The forwarding families.
-#[derive(Debug)]
+use crate::base::metrics::register;
+
+/// The forwarding families (a default one is registered nowhere: `check-config --probe`).
+#[derive(Debug, Default)]
 pub struct ForwardMetrics {
     requests_in_flight: Gauge,
-}
-
-impl Default for ForwardMetrics {
-    /// Metrics nobody serves (`check-config --probe`).
-    fn default() -> Self {
-        ForwardMetrics::register(&mut Registry::default())
-    }
 }
 
 impl ForwardMetrics {
     /// Registers the families in `registry`.
     pub fn register(registry: &mut Registry) -> ForwardMetrics {
-        let requests_in_flight = Gauge::default();
-        registry.register(
-            "upstream_requests_in_flight",
-            "Requests in flight to the kubelet, each holding an upstream connection, at most --upstream-max-requests-inflight",
-            requests_in_flight.clone(),
-        );
-        ForwardMetrics { requests_in_flight }
+        let metrics = ForwardMetrics::default();
+        register! { registry, metrics;
+            requests_in_flight => "upstream_requests_in_flight", "Requests in flight to the kubelet, each holding an upstream connection, at most --upstream-max-requests-inflight";
+        }
+        metrics
     }
 
     /// The gauge of requests in flight to the kubelet, handed to the forwarder

@@ -14,7 +14,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::outcome::Outcome;
-use crate::base::metrics::latency_histogram;
+use crate::base::metrics::{latency_histogram, register};
 use crate::forward::cause::Cause;
 
 /// Labels of the request counter.
@@ -81,17 +81,9 @@ pub struct RequestMetrics {
 }
 
 impl Default for RequestMetrics {
-    /// Metrics nobody serves (tests).
+    /// Families registered nowhere (tests).
     fn default() -> Self {
-        RequestMetrics::register(&mut Registry::default())
-    }
-}
-
-impl RequestMetrics {
-    /// Registers the families in `registry`; the failures to reach the kubelet exist at 0 for
-    /// every cause, so an alert's `increase()` sees the first.
-    pub fn register(registry: &mut Registry) -> RequestMetrics {
-        let metrics = RequestMetrics {
+        RequestMetrics {
             requests: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             latency_by_outcome: Default::default(),
@@ -100,37 +92,23 @@ impl RequestMetrics {
             decisions_by_pair: Default::default(),
             upstream_errors: Family::default(),
             streams: Gauge::default(),
-        };
-        registry.register(
-            "requests",
-            "Requests served, by status code, decision and subresource",
-            metrics.requests.clone(),
-        );
-        registry.register(
-            "request_duration_seconds",
-            "Time from request headers to response headers, by decision",
-            metrics.latency.clone(),
-        );
-        registry.register(
-            "request_decision_duration_seconds",
-            "Time from request headers until a request allowed was authenticated and authorized and handed to the kubelet connection: the latency the proxy adds before the kubelet sees it, reviews the caches could not answer included",
-            metrics.decision_latency.clone(),
-        );
-        registry.register(
-            "upgraded_streams_open",
-            "exec, attach and portForward sessions currently spliced to the kubelet",
-            metrics.streams.clone(),
-        );
-        registry.register(
-            "upstream_errors",
-            "Requests that could not be forwarded because the kubelet could not be reached, by cause",
-            metrics.upstream_errors.clone(),
-        );
-        registry.register(
-            "authorization_decisions",
-            "Requests authorized, by the mode that decided (RBAC, Webhook, Policy, Node, AlwaysAllow; none when no authorizer allowed) and the decision (allowed, forbidden, error)",
-            metrics.decisions.clone(),
-        );
+        }
+    }
+}
+
+impl RequestMetrics {
+    /// Registers the families in `registry`; the failures to reach the kubelet exist at 0 for
+    /// every cause, so an alert's `increase()` sees the first.
+    pub fn register(registry: &mut Registry) -> RequestMetrics {
+        let metrics = RequestMetrics::default();
+        register! { registry, metrics;
+            requests => "requests", "Requests served, by status code, decision and subresource";
+            latency => "request_duration_seconds", "Time from request headers to response headers, by decision";
+            decision_latency => "request_decision_duration_seconds", "Time from request headers until a request allowed was authenticated and authorized and handed to the kubelet connection: the latency the proxy adds before the kubelet sees it, reviews the caches could not answer included";
+            streams => "upgraded_streams_open", "exec, attach and portForward sessions currently spliced to the kubelet";
+            upstream_errors => "upstream_errors", "Requests that could not be forwarded because the kubelet could not be reached, by cause";
+            decisions => "authorization_decisions", "Requests authorized, by the mode that decided (RBAC, Webhook, Policy, Node, AlwaysAllow; none when no authorizer allowed) and the decision (allowed, forbidden, error)";
+        }
         for cause in Cause::ALL {
             drop(metrics.upstream_errors.get_or_create(&UpstreamErrorLabels {
                 cause: cause.as_str(),

@@ -12,6 +12,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::Registry;
 
+use crate::base::metrics::register;
+
 /// The release and commit this binary was built from (set by `build.rs`).
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const COMMIT: &str = env!("KUBELET_AUTH_PROXY_COMMIT");
@@ -66,25 +68,22 @@ impl Generation {
             "When this process started, in seconds since the Unix epoch",
             started,
         );
-        let handovers = Counter::default();
-        registry.register(
-            "handovers",
-            "Upgrades in place (SIGUSR2) this process completed: a new process took the sockets and serves",
-            handovers.clone(),
-        );
-        let handover_failures = Family::<HandoverFailureLabels, Counter>::default();
-        registry.register(
-            "handover_failures",
-            "Upgrades in place (SIGUSR2) that failed, by cause; this process went on serving",
-            handover_failures.clone(),
-        );
+        let generation = Generation {
+            handovers: Counter::default(),
+            handover_failures: Family::default(),
+        };
+        register! { registry, generation;
+            handovers => "handovers", "Upgrades in place (SIGUSR2) this process completed: a new process took the sockets and serves";
+            handover_failures => "handover_failures", "Upgrades in place (SIGUSR2) that failed, by cause; this process went on serving";
+        }
         for cause in HANDOVER_FAILURE_CAUSES {
-            drop(handover_failures.get_or_create(&HandoverFailureLabels { cause }));
+            drop(
+                generation
+                    .handover_failures
+                    .get_or_create(&HandoverFailureLabels { cause }),
+            );
         }
-        Generation {
-            handovers,
-            handover_failures,
-        }
+        generation
     }
 
     /// Counts a completed handover.

@@ -9,6 +9,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::generation::Generation;
+use crate::base::metrics::register;
 
 /// Labels of the per-thread counters: the serving thread's index, from 0.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
@@ -40,31 +41,13 @@ impl ServerMetrics {
             accepted: Family::default(),
             generation: Generation::register(registry),
         };
-        registry.register(
-            "connections_open",
-            "Client connections currently open, upgraded exec, attach and portForward sessions included",
-            metrics.connections.clone(),
-        );
-        registry.register(
-            "connections_limit",
-            "Most client connections served at once (--max-connections, lowered when the file-descriptor limit asks): connections_open / connections_limit is how near the cap the proxy is",
-            metrics.connections_limit.clone(),
-        );
-        registry.register(
-            "tls_handshake_failures",
-            "Client TLS handshakes that failed or timed out",
-            metrics.handshake_failures.clone(),
-        );
-        registry.register(
-            "connection_timeouts",
-            "Client connections closed because no request came within --header-read-timeout after the handshake, or within --idle-connection-timeout after the last one",
-            metrics.connection_timeouts.clone(),
-        );
-        registry.register(
-            "serving_thread_connections_accepted",
-            "Client connections accepted, by serving thread (--serving-threads): how evenly the threads share the connections",
-            metrics.accepted.clone(),
-        );
+        register! { registry, metrics;
+            connections => "connections_open", "Client connections currently open, upgraded exec, attach and portForward sessions included";
+            connections_limit => "connections_limit", "Most client connections served at once (--max-connections, lowered when the file-descriptor limit asks): connections_open / connections_limit is how near the cap the proxy is";
+            handshake_failures => "tls_handshake_failures", "Client TLS handshakes that failed or timed out";
+            connection_timeouts => "connection_timeouts", "Client connections closed because no request came within --header-read-timeout after the handshake, or within --idle-connection-timeout after the last one";
+            accepted => "serving_thread_connections_accepted", "Client connections accepted, by serving thread (--serving-threads): how evenly the threads share the connections";
+        }
         metrics
     }
 

@@ -19,22 +19,22 @@ use crate::server::metrics::ServerMetrics;
 pub struct LayerMetrics {
     /// What `/metrics` serves.
     pub registry: Registry,
-    /// The file watcher's.
-    pub reloads: ReloadMetrics,
     /// The API server clients', shared by all of them and their caches.
     pub apiserver: Arc<ApiServerMetrics>,
     /// Authentication's.
     pub authn: Arc<AuthnMetrics>,
+    /// The request pipeline's.
+    pub requests: Arc<RequestMetrics>,
+    /// The server's.
+    pub server: Arc<ServerMetrics>,
+    /// The file watcher's.
+    pub reloads: ReloadMetrics,
     /// Authorization's.
     pub authz: AuthzMetrics,
     /// The audit log's.
     pub audit: AuditMetrics,
     /// Forwarding's.
     pub forward: ForwardMetrics,
-    /// The request pipeline's.
-    pub requests: Arc<RequestMetrics>,
-    /// The server's.
-    pub server: Arc<ServerMetrics>,
 }
 
 impl LayerMetrics {

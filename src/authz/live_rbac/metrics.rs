@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::kinds::WatchKind;
+use crate::base::metrics::register;
 
 /// Labels of the per-kind families.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,7 +32,7 @@ pub struct ListLabels {
 }
 
 /// The `RBAC` authorizer's metric families.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RbacMetrics {
     synced: Family<KindLabels, Gauge>,
     last_contact: Family<KindLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
@@ -45,50 +46,16 @@ pub struct RbacMetrics {
 impl RbacMetrics {
     /// Registers the families.
     pub fn register(registry: &mut Registry) -> RbacMetrics {
-        let metrics = RbacMetrics {
-            synced: Family::default(),
-            last_contact: Family::default(),
-            objects: Family::default(),
-            lists: Family::default(),
-            watches: Family::default(),
-            failures: Family::default(),
-            snapshot_built: Gauge::default(),
-        };
-        registry.register(
-            "rbac_synced",
-            "1 when the RBAC authorizer holds a complete, current copy of the kind (listed, and its watch healthy), else 0",
-            metrics.synced.clone(),
-        );
-        registry.register(
-            "rbac_last_contact_timestamp_seconds",
-            "When the API server last answered about the kind (a list, a watch started, an event or a bookmark), in seconds since the Unix epoch: time() minus this is the age of the last event",
-            metrics.last_contact.clone(),
-        );
-        registry.register(
-            "rbac_objects",
-            "Objects of the kind the RBAC authorizer holds (roles only when a rule can grant a kubelet attribute, or for aggregation)",
-            metrics.objects.clone(),
-        );
-        registry.register(
-            "rbac_lists",
-            "Complete lists of the kind from the API server, by reason: start, gone (410: relisted), failed",
-            metrics.lists.clone(),
-        );
-        registry.register(
-            "rbac_watches",
-            "Watches of the kind started (each resumes from the last resource version or bookmark)",
-            metrics.watches.clone(),
-        );
-        registry.register(
-            "rbac_watch_failures",
-            "Failed lists and watches of the kind (each followed by a jittered back-off)",
-            metrics.failures.clone(),
-        );
-        registry.register(
-            "rbac_policy_built_timestamp_seconds",
-            "When the RBAC authorizer last rebuilt its policy from the watched objects, in seconds since the Unix epoch",
-            metrics.snapshot_built.clone(),
-        );
+        let metrics = RbacMetrics::default();
+        register! { registry, metrics;
+            synced => "rbac_synced", "1 when the RBAC authorizer holds a complete, current copy of the kind (listed, and its watch healthy), else 0";
+            last_contact => "rbac_last_contact_timestamp_seconds", "When the API server last answered about the kind (a list, a watch started, an event or a bookmark), in seconds since the Unix epoch: time() minus this is the age of the last event";
+            objects => "rbac_objects", "Objects of the kind the RBAC authorizer holds (roles only when a rule can grant a kubelet attribute, or for aggregation)";
+            lists => "rbac_lists", "Complete lists of the kind from the API server, by reason: start, gone (410: relisted), failed";
+            watches => "rbac_watches", "Watches of the kind started (each resumes from the last resource version or bookmark)";
+            failures => "rbac_watch_failures", "Failed lists and watches of the kind (each followed by a jittered back-off)";
+            snapshot_built => "rbac_policy_built_timestamp_seconds", "When the RBAC authorizer last rebuilt its policy from the watched objects, in seconds since the Unix epoch";
+        }
         metrics
     }
 

@@ -2,40 +2,23 @@
 //! [`CertificateMetrics`]) when each watched file was last loaded and when the certificates in
 //! them expire.
 
-use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 use crate::base::certificates::CertificateMetrics;
-
-/// The outcome of reloading a file-backed setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReloadResult {
-    /// The new version is in force.
-    Applied,
-    /// The new version could not be used; the previous one stays in force.
-    Failed,
-}
-
-impl EncodeLabelValue for ReloadResult {
-    fn encode(&self, encoder: &mut LabelValueEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let value = match self {
-            ReloadResult::Applied => "applied",
-            ReloadResult::Failed => "failed",
-        };
-        EncodeLabelValue::encode(&value, encoder)
-    }
-}
+use crate::base::metrics::register;
 
 /// Labels of reloads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
-pub struct ReloadLabels {
+struct ReloadLabels {
     /// What was reloaded: `serving_certificate`, `client_ca`, `policy`, `upstream_tls` or
     /// `apiserver_credentials`.
-    pub target: &'static str,
-    /// Whether the new version is in force.
-    pub result: ReloadResult,
+    target: &'static str,
+    /// `applied` (the new version is in force) or `failed` (it could not be used; the previous
+    /// one stays in force).
+    result: &'static str,
 }
 
 /// The reload counters and the certificate metrics; cheap to clone.
@@ -48,28 +31,27 @@ pub struct ReloadMetrics {
 impl ReloadMetrics {
     /// Registers the reload counters and the certificate metrics in `registry`.
     pub fn register(registry: &mut Registry) -> ReloadMetrics {
-        let reloads = Family::<ReloadLabels, Counter>::default();
-        registry.register(
-            "config_reloads",
-            "Reloads of the serving certificate, client CA and policy files after they changed on disk",
-            reloads.clone(),
-        );
-        ReloadMetrics {
-            reloads,
+        let metrics = ReloadMetrics {
+            reloads: Family::default(),
             certificates: CertificateMetrics::register(registry),
+        };
+        register! { registry, metrics;
+            reloads => "config_reloads", "Reloads of the serving certificate, client CA and policy files after they changed on disk";
         }
+        metrics
     }
 
     /// Creates the reload counters of `target` at 0 (applied and failed), once the target is
     /// watched, so an alert's `increase()` sees its first failed reload.
     pub fn watch(&self, target: &'static str) {
-        for result in [ReloadResult::Applied, ReloadResult::Failed] {
+        for result in ["applied", "failed"] {
             drop(self.reloads.get_or_create(&ReloadLabels { target, result }));
         }
     }
 
-    /// Records a reload after a file change.
-    pub fn observe(&self, target: &'static str, result: ReloadResult) {
+    /// Records a reload after a file change: `applied`, or failed (the old version stays).
+    pub fn observe(&self, target: &'static str, applied: bool) {
+        let result = if applied { "applied" } else { "failed" };
         self.reloads
             .get_or_create(&ReloadLabels { target, result })
             .inc();
