@@ -12,7 +12,7 @@ use serde::{Serialize, Serializer};
 use super::event::{
     AuditEvent, AuditId, Authorization, ObjectRef, ReviewsSkipped, Summary, Suppressed,
 };
-use super::utc;
+use super::write_utc;
 use crate::authn::User;
 use crate::authz::API_VERSION;
 
@@ -432,18 +432,8 @@ pub(super) struct MicroTime(pub(super) SystemTime);
 
 impl fmt::Display for MicroTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let t = utc(self.0);
-        write!(
-            f,
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-            t.year(),
-            t.month(),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second(),
-            t.subsec_nanosecond() / 1000
-        )
+        write_utc(f, self.0, ':', 6)?;
+        f.write_str("Z")
     }
 }
 

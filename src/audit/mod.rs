@@ -53,5 +53,30 @@ pub(crate) fn utc(time: SystemTime) -> DateTime {
     Offset::UTC.to_datetime(timestamp)
 }
 
+/// Writes `time` in UTC as `YYYY-MM-DD` `T` `hh:mm:ss` and `digits` (at most 9) digits of the
+/// second, truncated, with `separator` between hours, minutes and seconds: the audit events'
+/// timestamps (`:`) and the backups' names (`-`) are both this.
+pub(crate) fn write_utc(
+    out: &mut impl std::fmt::Write,
+    time: SystemTime,
+    separator: char,
+    digits: u32,
+) -> std::fmt::Result {
+    let t = utc(time);
+    let digits = digits.min(9);
+    write!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}{separator}{:02}{separator}{:02}.{:0width$}",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.subsec_nanosecond() / 10_i32.pow(9 - digits),
+        width = digits as usize,
+    )
+}
+
 #[cfg(test)]
 mod tests;

@@ -7,7 +7,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use super::utc;
+use super::write_utc;
 
 /// lumberjack's megabyte, the unit of `--audit-log-maxsize`.
 pub(super) const MEGABYTE: u64 = 1024 * 1024;
@@ -199,17 +199,9 @@ pub(super) fn split_extension(name: &[u8]) -> (&[u8], &[u8]) {
 pub(super) fn backup_path(path: &Path, time: SystemTime) -> PathBuf {
     let name = path.file_name().map_or(&[][..], |n| n.as_bytes());
     let (stem, ext) = split_extension(name);
-    let t = utc(time);
-    let stamp = format!(
-        "-{:04}-{:02}-{:02}T{:02}-{:02}-{:02}.{:03}",
-        t.year(),
-        t.month(),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second(),
-        t.subsec_nanosecond() / 1_000_000
-    );
+    let mut stamp = String::from("-");
+    // Writing into a String cannot fail.
+    let _ = write_utc(&mut stamp, time, '-', 3);
     let mut backup = Vec::with_capacity(name.len() + stamp.len());
     backup.extend_from_slice(stem);
     backup.extend_from_slice(stamp.as_bytes());

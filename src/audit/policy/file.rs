@@ -43,56 +43,44 @@ fn invalid(field: impl Into<String>, problem: impl Into<String>) -> PolicyFileEr
     }
 }
 
-/// The file as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+/// The file as written; every field may be left out.
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 struct PolicyFile {
     api_version: Option<String>,
     kind: Option<String>,
     /// ObjectMeta; nothing in it affects auditing.
-    #[serde(default, rename = "metadata")]
+    #[serde(rename = "metadata")]
     _metadata: Option<IgnoredAny>,
-    #[serde(default)]
     rules: Vec<RuleFile>,
-    #[serde(default)]
     omit_stages: Vec<String>,
     /// Bodies only.
-    #[serde(default, rename = "omitManagedFields")]
+    #[serde(rename = "omitManagedFields")]
     _omit_managed_fields: Option<bool>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 struct RuleFile {
-    #[serde(default)]
     level: String,
-    #[serde(default)]
     users: Vec<String>,
-    #[serde(default)]
     user_groups: Vec<String>,
-    #[serde(default)]
     verbs: Vec<String>,
-    #[serde(default)]
     resources: Vec<GroupResourcesFile>,
-    #[serde(default)]
     namespaces: Vec<String>,
-    #[serde(default, rename = "nonResourceURLs")]
+    #[serde(rename = "nonResourceURLs")]
     non_resource_urls: Vec<String>,
-    #[serde(default)]
     omit_stages: Vec<String>,
     /// Bodies only.
-    #[serde(default, rename = "omitManagedFields")]
+    #[serde(rename = "omitManagedFields")]
     _omit_managed_fields: Option<bool>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[derive(Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 struct GroupResourcesFile {
-    #[serde(default)]
     group: String,
-    #[serde(default)]
     resources: Vec<String>,
-    #[serde(default)]
     resource_names: Vec<String>,
 }
 
