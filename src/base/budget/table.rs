@@ -132,7 +132,7 @@ impl<K: Eq + Hash + Clone, P: Pending> Table<K, P> {
         self.in_overflow(now, f)
     }
 
-    /// Runs `f` on the entry `key` was given in `place` by an earlier [`with_entry`]
+    /// Runs `f` on the entry `key` was given in `place` by an earlier [`with_entry`](Self::with_entry)
     /// (`Table::with_entry`) that took a place in it ([`Entry::held`]): that entry is not idle,
     /// so it is still there.
     pub fn with_place<T>(
