@@ -8,26 +8,11 @@ use serde_json::Value;
 use crate::support::TempDir;
 use crate::support::apiserver::{ApiServer, Fault, Kind, Verdict};
 use crate::support::process::{Deployment, Finished, ProcessSpec, run};
+use crate::test_data::{MONITORING_POLICY, text};
 
-/// Three roles, four bindings: the group `monitoring` has stats through the first binding and
-/// metrics through the second; `debugger` has `nodes/proxy`; the last role has rules no kubelet
-/// request can match.
-const POLICY: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: stats-reader}
-rules: [{apiGroups: [""], resources: [nodes/stats], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: metrics-reader}
-rules: [{apiGroups: [""], resources: [nodes/metrics], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: proxy-reader}
-rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
+/// A role whose rules no kubelet request can match, and its binding: appended to the monitoring
+/// policy, they are what `explain` warns about.
+const NEVER: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: never}
 rules:
@@ -39,28 +24,24 @@ rules:
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
-metadata: {name: monitoring-stats}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: stats-reader}
-subjects: [{kind: Group, name: monitoring}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: monitoring-metrics}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
-subjects: [{kind: Group, name: monitoring}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: debugger-proxy}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-reader}
-subjects: [{kind: User, name: debugger}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
 metadata: {name: never}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: never}
 subjects: [{kind: User, name: nobody}]
 "#;
+
+/// Writes `policy.yaml` into `dir`: the monitoring policy the unit tests judge with (the group
+/// `monitoring` has stats through the first binding and metrics through the second; `debugger`
+/// has `nodes/proxy`), then [`NEVER`]. Returns its path.
+fn write_policy(dir: &TempDir) -> String {
+    let text = format!("{}---\n{NEVER}", text(MONITORING_POLICY));
+    dir.write("policy.yaml", text).display().to_string()
+}
+
+/// The line of `policy.yaml` where [`NEVER`]'s role starts: after the monitoring policy and the
+/// `---` between them.
+fn never_line() -> usize {
+    text(MONITORING_POLICY).lines().count() + 2
+}
 
 /// The upstream of a configuration `explain` reads: it never sends a request.
 const NOWHERE: &str = "http://127.0.0.1:1";
@@ -74,7 +55,7 @@ struct Setup {
 impl Setup {
     async fn new(label: &str) -> Setup {
         let site = ProcessSpec::new(label).upstream(NOWHERE).prepare().await;
-        let policy = site.dir.write("policy.yaml", POLICY).display().to_string();
+        let policy = write_policy(&site.dir);
         Setup { site, policy }
     }
 
@@ -296,7 +277,7 @@ async fn explain_json_document_field_by_field() {
         .map(|w| {
             assert_eq!(w["file"], s.policy.as_str());
             assert_eq!(w["role"], "never");
-            assert_eq!(w["line"], 16);
+            assert_eq!(w["line"], never_line());
             (
                 w["field"].as_str().unwrap(),
                 w["rule"].as_u64().unwrap(),
@@ -332,8 +313,9 @@ async fn explain_warns_on_stderr_in_text_mode_and_exits_2_on_bad_input() {
     assert_eq!(warnings.len(), 5, "{}", done.stderr);
     assert!(
         warnings[0].starts_with(&format!(
-            "kubelet-auth-proxy: warning: {}:16: ClusterRole \"never\" rules[0]: verb \"list\"",
-            s.policy
+            "kubelet-auth-proxy: warning: {}:{}: ClusterRole \"never\" rules[0]: verb \"list\"",
+            s.policy,
+            never_line()
         )),
         "{}",
         warnings[0]
@@ -472,7 +454,7 @@ fn policy_only(policy: &str, args: &[&str]) -> Vec<String> {
 #[tokio::test]
 async fn explain_needs_only_the_policy_and_the_node_name() {
     let dir = TempDir::new("explain-policy-only");
-    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    let policy = write_policy(&dir);
     let prom = ["--user=prom", "--group=monitoring", "--output=json"];
     let allowed = run(
         &dir,
@@ -497,7 +479,7 @@ async fn explain_needs_only_the_policy_and_the_node_name() {
 #[tokio::test]
 async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
     let dir = TempDir::new("explain-check");
-    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    let policy = write_policy(&dir);
     let good = dir.write(
         "good.yaml",
         "apiVersion: kubelet-auth-proxy/v1alpha1\nkind: PolicyCheck\nrows:\n\
@@ -561,7 +543,7 @@ async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
 #[tokio::test]
 async fn explain_check_refuses_a_table_it_cannot_ask_naming_file_and_row() {
     let dir = TempDir::new("explain-check-input");
-    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    let policy = write_policy(&dir);
     for (name, table, needle) in [
         (
             "both",
