@@ -3,10 +3,12 @@
 //! the same requests. Built in one place, so that those tests state only what they ask and what
 //! they expect.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
 use crate::authn::User;
+use crate::authn::x509::CREDENTIAL_ID_EXTRA;
 use crate::authz::attributes::AttributeMapping;
 use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
@@ -68,6 +70,24 @@ pub(crate) fn user(name: &str, groups: &[&str]) -> User {
         name: name.into(),
         groups: groups.iter().map(|g| (*g).to_owned()).collect(),
         ..User::default()
+    }
+}
+
+/// `name` with uid `uid` in `groups`, as a client certificate authenticates it: with the
+/// certificate's credential id (`X509SHA256=…`) as an extra attribute.
+pub(crate) fn certificate_user(
+    name: &str,
+    uid: &str,
+    groups: &[&str],
+    credential_id: &str,
+) -> User {
+    User {
+        uid: uid.to_owned(),
+        extra: BTreeMap::from([(
+            CREDENTIAL_ID_EXTRA.to_owned(),
+            vec![credential_id.to_owned()],
+        )]),
+        ..user(name, groups)
     }
 }
 
