@@ -89,6 +89,19 @@ fn assert_exit(done: &Finished, code: i32) {
     );
 }
 
+/// Asserts that `done` exited with `code` and printed each of `expected` on stdout, showing
+/// what it printed otherwise.
+fn assert_printed(done: &Finished, code: i32, expected: &[&str]) {
+    assert_exit(done, code);
+    for expected in expected {
+        assert!(
+            done.stdout.contains(expected),
+            "{expected:?} not in:\n{}",
+            done.stdout
+        );
+    }
+}
+
 fn json(done: &Finished) -> Value {
     serde_json::from_str(&done.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", done.stdout, done.stderr))
@@ -104,23 +117,15 @@ async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
             &["--user=prom", "--group=monitoring", "GET", "/metrics"],
         )
         .await;
-    assert_exit(&done, 0);
-    assert!(
-        done.stdout.contains(
+    assert_printed(
+        &done,
+        0,
+        &[
             "Policy       Allow      RBAC: allowed by ClusterRoleBinding \"monitoring-metrics\" \
-             of ClusterRole \"metrics-reader\" to Group \"monitoring\""
-        ),
-        "{}",
-        done.stdout
-    );
-    assert!(
-        done.stdout
-            .contains("Node         NoOpinion  not a node identity")
-    );
-    assert!(
-        done.stdout.contains("result:      allowed"),
-        "{}",
-        done.stdout
+             of ClusterRole \"metrics-reader\" to Group \"monitoring\"",
+            "Node         NoOpinion  not a node identity",
+            "result:      allowed",
+        ],
     );
 
     let done = s
@@ -129,22 +134,14 @@ async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
             &["--user=prom", "--group=monitoring", "GET", "/pods"],
         )
         .await;
-    assert_exit(&done, 1);
-    assert!(
-        done.stdout
-            .contains("attributes:  nodes/pods, nodes/proxy (in order)")
-    );
-    assert!(
-        done.stdout.contains("result:      403 forbidden"),
-        "{}",
-        done.stdout
-    );
-    assert!(
-        done.stdout.contains(
-            r#"body: "Forbidden (user=prom, verb=get, resource=nodes, subresource(s)=[pods proxy])\n""#
-        ),
-        "{}",
-        done.stdout
+    assert_printed(
+        &done,
+        1,
+        &[
+            "attributes:  nodes/pods, nodes/proxy (in order)",
+            "result:      403 forbidden",
+            r#"body: "Forbidden (user=prom, verb=get, resource=nodes, subresource(s)=[pods proxy])\n""#,
+        ],
     );
 
     // The fallback: nodes/pods has no opinion, nodes/proxy is allowed.
@@ -199,15 +196,15 @@ async fn explain_shows_the_node_restriction_and_the_redirect() {
     let done = s
         .explain("redirect", &["--user=prom", "GET", "/metrics/../pods?x=1"])
         .await;
-    assert_exit(&done, 1);
-    assert!(
-        done.stdout
-            .contains("path:        not canonical: redirected to /pods?x=1 before authentication"),
-        "{}",
-        done.stdout
+    assert_printed(
+        &done,
+        1,
+        &[
+            "path:        not canonical: redirected to /pods?x=1 before authentication",
+            "result:      301 redirected",
+            "  location: /pods?x=1",
+        ],
     );
-    assert!(done.stdout.contains("result:      301 redirected"));
-    assert!(done.stdout.contains("  location: /pods?x=1"));
     assert!(!done.stdout.contains("attributes:"), "{}", done.stdout);
 }
 
@@ -307,8 +304,7 @@ async fn explain_json_document_field_by_field() {
 async fn explain_warns_on_stderr_in_text_mode_and_exits_2_on_bad_input() {
     let s = Setup::new("explain-input").await;
     let done = s.explain("warn", &["--anonymous", "GET", "/pods"]).await;
-    assert_exit(&done, 1);
-    assert!(done.stdout.contains("user:        system:anonymous"));
+    assert_printed(&done, 1, &["user:        system:anonymous"]);
     let warnings: Vec<&str> = done.stderr.lines().collect();
     assert_eq!(warnings.len(), 5, "{}", done.stderr);
     assert!(
@@ -392,12 +388,10 @@ async fn explain_with_webhook_shows_the_subject_access_review_reason() {
     }
 
     let done = webhook(&site, "allowed", &["--user=prom", "GET", "/metrics"]).await;
-    assert_exit(&done, 0);
-    assert!(
-        done.stdout
-            .contains("Webhook      Allow      RBAC: allowed by the stand-in's rules"),
-        "{}",
-        done.stdout
+    assert_printed(
+        &done,
+        0,
+        &["Webhook      Allow      RBAC: allowed by the stand-in's rules"],
     );
 
     let done = webhook(
@@ -514,14 +508,11 @@ async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
     );
     let check = format!("--check={}", bad.display());
     let done = run(&dir, "bad", &policy_only(&policy, &[&check])).await;
-    assert_exit(&done, 1);
-    assert!(
-        done.stdout.contains(
-            "FAIL  row 2: debugger GET /pods: allow, expected deny \
-             (allowed on nodes/proxy by Policy)"
-        ),
-        "{}",
-        done.stdout
+    assert_printed(
+        &done,
+        1,
+        &["FAIL  row 2: debugger GET /pods: allow, expected deny \
+           (allowed on nodes/proxy by Policy)"],
     );
     let done = run(
         &dir,
@@ -651,18 +642,15 @@ async fn explain_shows_the_watched_state_and_the_binding_the_rbac_mode_allowed_b
         .await;
     let mode = "--authorization-mode=Node,RBAC";
     let done = explain(&site, "allowed", &[mode, "--user=prom", "GET", "/metrics"]).await;
-    assert_exit(&done, 0);
-    for expected in [
-        "rbac:        fresh, policy built ",
-        "API server last heard: clusterrolebindings ",
-        "RBAC         Allow      RBAC: allowed by ClusterRoleBinding \"prom-metrics\" of ClusterRole \"kubelet-metrics\" to User \"prom\"",
-    ] {
-        assert!(
-            done.stdout.contains(expected),
-            "{expected}: {}",
-            done.stdout
-        );
-    }
+    assert_printed(
+        &done,
+        0,
+        &[
+            "rbac:        fresh, policy built ",
+            "API server last heard: clusterrolebindings ",
+            "RBAC         Allow      RBAC: allowed by ClusterRoleBinding \"prom-metrics\" of ClusterRole \"kubelet-metrics\" to User \"prom\"",
+        ],
+    );
     // The start jitter is not waited for: one process asking once.
     assert_eq!(
         api.rbac_lists(crate::support::apiserver::RbacKind::ClusterRole),

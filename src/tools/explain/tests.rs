@@ -25,6 +25,11 @@ fn chain() -> Vec<Authorizer> {
     vec![node_authorizer(), monitoring_policy()]
 }
 
+/// What `explain` makes of prom, of the group `monitoring`, asking `GET target` of [`chain`].
+fn prom_gets(target: &str) -> Explanation {
+    run(chain(), &user("prom", &["monitoring"]), Method::GET, target)
+}
+
 /// What `explain` makes of `method target` asked by `user` of `authorizers`.
 fn run(authorizers: Vec<Authorizer>, user: &User, method: Method, target: &str) -> Explanation {
     block_on(explain(&decider(authorizers), &method, target, user))
@@ -32,12 +37,7 @@ fn run(authorizers: Vec<Authorizer>, user: &User, method: Method, target: &str) 
 
 #[test]
 fn allowed_by_the_second_binding_names_it_and_its_role() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "/metrics",
-    );
+    let e = prom_gets("/metrics");
     assert_eq!(e.exit_status(), EXIT_ALLOWED);
     assert_eq!(e.result.outcome, Outcome::Allowed);
     assert_eq!(e.result.status, None);
@@ -57,12 +57,7 @@ fn allowed_by_the_second_binding_names_it_and_its_role() {
 
 #[test]
 fn denied_with_no_match_gives_the_kubelets_403() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "/pods",
-    );
+    let e = prom_gets("/pods");
     assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
     assert_eq!(e.subresources, ["pods", "proxy"]);
     let tried: Vec<_> = e.attributes.iter().map(|t| t.subresource).collect();
@@ -113,12 +108,7 @@ fn node_deny_stops_the_chain_and_later_authorizers_are_not_asked() {
 
 #[test]
 fn unclean_path_stops_at_the_redirect_with_the_query_kept() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "//metrics/?x=1",
-    );
+    let e = prom_gets("//metrics/?x=1");
     assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
     assert_eq!(
         e.path,
@@ -154,12 +144,7 @@ fn unclean_path_stops_at_the_redirect_with_the_query_kept() {
 
 #[test]
 fn json_document_has_the_documented_shape() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "/pods",
-    );
+    let e = prom_gets("/pods");
     let json: serde_json::Value = serde_json::from_str(&render_json(&e)).unwrap();
     assert_eq!(json["apiVersion"], API_VERSION);
     assert_eq!(json["kind"], "Explanation");
@@ -183,12 +168,7 @@ fn json_document_has_the_documented_shape() {
 
 #[test]
 fn text_shows_each_answer_and_the_exact_body() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "/stats/summary",
-    );
+    let e = prom_gets("/stats/summary");
     let text = render_text(&e);
     assert!(
         text.contains("path:        canonical (/stats/summary)"),
