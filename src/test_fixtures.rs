@@ -1,11 +1,21 @@
-//! Set-ups shared by the unit tests of several modules: the user a request is judged as, and the
+//! Set-ups shared by the unit tests of several modules: the user a request is judged as, the
 //! authorizers and deciders with which the request decision's tests and `explain`'s tests judge
-//! the same requests. Built in one place, so that those tests state only what they ask and what
-//! they expect.
+//! the same requests, and an HTTP/2 client on loopback. Built in one place, so that those tests
+//! state only what they ask and what they expect.
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::client::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::TcpStream;
 
 use crate::authn::User;
 use crate::authn::x509::CREDENTIAL_ID_EXTRA;
@@ -16,6 +26,9 @@ use crate::authz::{Authorizer, AuthorizerChain};
 use crate::request::decision::Decider;
 use crate::startup::reload::Reloadable;
 use crate::test_data::{MONITORING_POLICY, text};
+
+/// How long a loopback exchange may take: a bug fails the test, it never hangs it.
+const WAIT: Duration = Duration::from_secs(10);
 
 /// The node every fixture decider and Node authorizer serves.
 pub(crate) const NODE: &str = "node-a";
@@ -140,4 +153,25 @@ pub(crate) fn pod_decider(pod_scoped: bool) -> Decider {
         },
         ..decider(vec![node_authorizer(), policy("pods.yaml", POD_POLICY)])
     }
+}
+
+/// An HTTP/2 connection (prior knowledge, no TLS) to `addr`, driven in the background.
+pub(crate) async fn http2_connect(addr: SocketAddr) -> http2::SendRequest<Full<Bytes>> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+/// Sends `req` on the HTTP/2 connection of `sender`; the answer must come within [`WAIT`].
+pub(crate) async fn send_http2(
+    sender: &mut http2::SendRequest<Full<Bytes>>,
+    req: Request<Full<Bytes>>,
+) -> Response<Incoming> {
+    tokio::time::timeout(WAIT, sender.send_request(req))
+        .await
+        .unwrap()
+        .unwrap()
 }

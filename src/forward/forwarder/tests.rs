@@ -19,7 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
-use crate::test_fixtures::certificate_user;
+use crate::test_fixtures::{certificate_user, http2_connect, send_http2};
 use crate::tools::demo::kubelet::StandInKubelet;
 
 /// Bound on every wait, so a bug fails the test instead of hanging it.
@@ -112,6 +112,13 @@ async fn send(addr: SocketAddr, req: Request<Full<Bytes>>) -> Response<Incoming>
 
 fn get(path: &str) -> http::request::Builder {
     Request::get(path).header(HOST, "proxy.test")
+}
+
+/// `request` asking to switch to `protocol`.
+fn asking_upgrade(request: http::request::Builder, protocol: &str) -> http::request::Builder {
+    request
+        .header(CONNECTION, "Upgrade")
+        .header(UPGRADE, protocol)
 }
 
 /// Sends a plain `GET path` to `addr`; returns the answer's status and body.
@@ -371,20 +378,12 @@ async fn unix_socket_upstream() {
 #[tokio::test]
 async fn http2_caller_is_forwarded_as_http11() {
     let (kubelet, addr) = plain_front(false).await;
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let mut sender = http2_connect(addr).await;
     let req = Request::get("http://proxy.test/stats/summary?only_cpu_and_memory=true")
         .header("te", "trailers")
         .body(Full::<Bytes>::default())
         .unwrap();
-    let resp = timeout(WAIT, sender.send_request(req))
-        .await
-        .unwrap()
-        .unwrap();
+    let resp = send_http2(&mut sender, req).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let stats: Value = serde_json::from_str(&body_text(resp).await).unwrap();
     assert_eq!(stats["node"]["nodeName"], "stand-in");
@@ -392,11 +391,7 @@ async fn http2_caller_is_forwarded_as_http11() {
     let req = Request::get("http://proxy.test/a%2Fb?q")
         .body(Full::<Bytes>::default())
         .unwrap();
-    let resp = timeout(WAIT, sender.send_request(req))
-        .await
-        .unwrap()
-        .unwrap();
-    let echo = echo_of(resp).await;
+    let echo = echo_of(send_http2(&mut sender, req).await).await;
     assert_eq!(echo["version"], "HTTP/1.1");
     assert_eq!(echo["path"], "/a%2Fb");
     assert_eq!(echo["query"], "q");
@@ -450,13 +445,14 @@ async fn echo_through_upgrade(mut resp: Response<Incoming>) {
 #[tokio::test]
 async fn websocket_upgrade_is_spliced_both_ways() {
     let (_kubelet, addr) = plain_front(false).await;
-    let req = get("/exec/default/web-0/web?command=sh&stdin=true")
-        .header(CONNECTION, "Upgrade")
-        .header(UPGRADE, "websocket")
-        .header(SEC_WEBSOCKET_KEY, "dGhlIHNhbXBsZSBub25jZQ==")
-        .header("sec-websocket-version", "13")
-        .body(Full::default())
-        .unwrap();
+    let req = asking_upgrade(
+        get("/exec/default/web-0/web?command=sh&stdin=true"),
+        "websocket",
+    )
+    .header(SEC_WEBSOCKET_KEY, "dGhlIHNhbXBsZSBub25jZQ==")
+    .header("sec-websocket-version", "13")
+    .body(Full::default())
+    .unwrap();
     let resp = send(addr, req).await;
     assert_eq!(resp.headers()[UPGRADE], "websocket");
     assert_eq!(
@@ -469,10 +465,8 @@ async fn websocket_upgrade_is_spliced_both_ways() {
 #[tokio::test]
 async fn spdy_upgrade_over_tls_is_spliced_both_ways() {
     let (_kubelet, addr) = tls_front(true).await;
-    let req = Request::post("/portForward/default/web-0")
-        .header(HOST, "proxy.test")
-        .header(CONNECTION, "Upgrade")
-        .header(UPGRADE, "SPDY/3.1")
+    let post = Request::post("/portForward/default/web-0").header(HOST, "proxy.test");
+    let req = asking_upgrade(post, "SPDY/3.1")
         .header("x-stream-protocol-version", "portforward.k8s.io")
         .body(Full::default())
         .unwrap();
@@ -484,9 +478,7 @@ async fn spdy_upgrade_over_tls_is_spliced_both_ways() {
 #[tokio::test]
 async fn upgrade_refused_by_the_kubelet_is_a_normal_response() {
     let (_kubelet, addr) = plain_front(false).await;
-    let req = get("/healthz")
-        .header(CONNECTION, "Upgrade")
-        .header(UPGRADE, "websocket")
+    let req = asking_upgrade(get("/healthz"), "websocket")
         .body(Full::default())
         .unwrap();
     let resp = send(addr, req).await;
@@ -535,9 +527,7 @@ async fn an_upgrade_anywhere_else_is_stripped_and_never_spliced() {
         ("/run/ns/pod/ctr", "websocket"),
         ("/exec/ns/pod/ctr", "h2c"),
     ] {
-        let req = get(path)
-            .header(CONNECTION, "Upgrade")
-            .header(UPGRADE, protocol)
+        let req = asking_upgrade(get(path), protocol)
             .body(Full::default())
             .unwrap();
         let resp = send(addr, req).await;
