@@ -98,6 +98,8 @@ pub mod server;
 pub mod startup;
 #[cfg(test)]
 mod test_data;
+#[cfg(test)]
+mod test_fixtures;
 pub mod tls;
 pub mod tools;
 

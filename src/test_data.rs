@@ -13,6 +13,10 @@ pub(crate) const KUBELET_VECTORS: &str = "kubelet-vectors.json";
 /// file's header).
 pub(crate) const RBAC_DUMP: &str = "rbac-dump.yaml";
 
+/// A Policy authorizer file with several bindings, for the request decision and `explain` (see
+/// the file's header).
+pub(crate) const MONITORING_POLICY: &str = "monitoring-policy.yaml";
+
 /// One `kubeletAttributes` case of [`KUBELET_VECTORS`]: what the kubelet derives for a request.
 #[derive(Debug, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -19,6 +19,7 @@ use super::writer::*;
 use super::*;
 use crate::authn::User;
 use crate::authz::Reason;
+use crate::test_fixtures::certificate_user;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::sync::Mutex;
@@ -28,23 +29,67 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(10);
 
-/// A fresh, empty directory for one test.
-fn rotating(rotation: Rotation) -> AuditOptions {
+/// Options rotating at 1 MiB and keeping `max_backups` backups (0: every one).
+fn rotating(max_backups: u32) -> AuditOptions {
     AuditOptions {
-        rotation,
+        rotation: Rotation {
+            max_size_mb: 1,
+            max_backups,
+        },
         max_event_size: None,
         flood_retention: None,
     }
 }
 
-fn temp_dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "kubelet-auth-proxy-audit-{}-{test}",
-        std::process::id()
-    ));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir).unwrap();
-    dir
+/// Closes `log`, which must have written everything within [`WAIT`].
+async fn close(log: AuditLog) {
+    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+}
+
+/// One test's audit log file: `audit.log` in a fresh, empty directory of the test's own, removed
+/// when the test ends, and the counter of the events its logs drop.
+struct LogFile {
+    dir: PathBuf,
+    path: PathBuf,
+    dropped: Counter,
+}
+
+impl LogFile {
+    fn new(test: &str) -> LogFile {
+        let dir = std::env::temp_dir().join(format!(
+            "kubelet-auth-proxy-audit-{}-{test}",
+            std::process::id()
+        ));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        LogFile {
+            path: dir.join("audit.log"),
+            dir,
+            dropped: Counter::default(),
+        }
+    }
+
+    /// The audit log writing to the file with `options`, which must open.
+    fn open(&self, options: AuditOptions) -> AuditLog {
+        let target = AuditTarget::File(self.path.clone());
+        AuditLog::open(target, options, self.dropped.clone()).unwrap()
+    }
+
+    /// The `requestURI` of every line of the file, in order.
+    fn uris(&self) -> Vec<String> {
+        uris(&fs::read(&self.path).unwrap())
+    }
+
+    /// The permission bits of the file.
+    fn mode(&self) -> u32 {
+        fs::metadata(&self.path).unwrap().permissions().mode() & 0o777
+    }
+}
+
+impl Drop for LogFile {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
 }
 
 fn at(secs: i64, nanos: u32) -> SystemTime {
@@ -56,15 +101,8 @@ fn at(secs: i64, nanos: u32) -> SystemTime {
 }
 
 fn node_user() -> User {
-    User {
-        name: "system:node:node-1".to_owned(),
-        uid: "9f6e1c2a".to_owned(),
-        groups: vec!["system:nodes".to_owned(), "system:authenticated".to_owned()],
-        extra: BTreeMap::from([(
-            "authentication.kubernetes.io/credential-id".to_owned(),
-            vec!["X509SHA256=4f2a".to_owned()],
-        )]),
-    }
+    let groups = ["system:nodes", "system:authenticated"];
+    certificate_user("system:node:node-1", "9f6e1c2a", &groups, "X509SHA256=4f2a")
 }
 
 fn sample(uri: &str) -> AuditEvent {
@@ -110,6 +148,22 @@ fn parse(event: &AuditEvent) -> Value {
     serde_json::from_str(&line).unwrap()
 }
 
+/// The JSON of an event of [`sample`]: its kind, API version, level, ID and stage, then `fields`.
+fn sample_json(fields: Value) -> Value {
+    let mut event = json!({
+        "kind": "Event",
+        "apiVersion": "audit.k8s.io/v1",
+        "level": "Metadata",
+        "auditID": "00112233-4455-4677-8899-aabbccddeeff",
+        "stage": "ResponseComplete",
+    });
+    let Value::Object(fields) = fields else {
+        panic!("event fields are an object: {fields}");
+    };
+    event.as_object_mut().unwrap().extend(fields);
+    event
+}
+
 /// The `requestURI` of every line of a log, in order.
 fn uris(log: &[u8]) -> Vec<String> {
     std::str::from_utf8(log)
@@ -127,12 +181,7 @@ fn event_serializes_as_a_kube_apiserver_metadata_event() {
     let event = sample("https://node-1:10250/logs/kubelet.log?tail=10");
     assert_eq!(
         parse(&event),
-        json!({
-            "kind": "Event",
-            "apiVersion": "audit.k8s.io/v1",
-            "level": "Metadata",
-            "auditID": "00112233-4455-4677-8899-aabbccddeeff",
-            "stage": "ResponseComplete",
+        sample_json(json!({
             "requestURI": "/logs/kubelet.log?tail=10",
             "verb": "get",
             "user": {
@@ -156,7 +205,7 @@ fn event_serializes_as_a_kube_apiserver_metadata_event() {
                 "authorization.k8s.io/decision": "allow",
                 "authorization.k8s.io/reason": "RBAC: allowed by ClusterRoleBinding \"node-proxier\""
             }
-        })
+        }))
     );
     // Go's field order, byte for byte.
     let keys = [
@@ -203,12 +252,7 @@ fn event_before_authentication_has_an_empty_user_and_omits_empty_fields() {
     };
     assert_eq!(
         parse(&event),
-        json!({
-            "kind": "Event",
-            "apiVersion": "audit.k8s.io/v1",
-            "level": "Metadata",
-            "auditID": "00112233-4455-4677-8899-aabbccddeeff",
-            "stage": "ResponseComplete",
+        sample_json(json!({
             "requestURI": "/pods",
             "verb": "",
             "user": {},
@@ -216,7 +260,7 @@ fn event_before_authentication_has_an_empty_user_and_omits_empty_fields() {
             "responseStatus": {"metadata": {}, "code": 401},
             "requestReceivedTimestamp": "2026-11-22T05:16:00.123456Z",
             "stageTimestamp": "2026-11-22T05:16:00.130000Z"
-        })
+        }))
     );
     // An empty User-Agent header is omitted too, as Go's omitempty does.
     let empty_agent = AuditEvent {
@@ -591,68 +635,42 @@ fn target_flag_dash_is_stdout() {
 
 #[tokio::test]
 async fn a_new_file_is_owner_only_and_an_existing_one_is_appended_to() {
-    let dir = temp_dir("create");
-    let path = dir.join("audit.log");
-    let log = AuditLog::open(
-        AuditTarget::File(path.clone()),
-        AuditOptions::default(),
-        Counter::default(),
-    )
-    .unwrap();
-    assert_eq!(
-        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-        0o600
-    );
+    let file = LogFile::new("create");
+    let log = file.open(AuditOptions::default());
+    assert_eq!(file.mode(), 0o600);
     log.record(sample("/first"));
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    close(log).await;
 
-    let log = AuditLog::open(
-        AuditTarget::File(path.clone()),
-        AuditOptions::default(),
-        Counter::default(),
-    )
-    .unwrap();
+    let log = file.open(AuditOptions::default());
     log.record(sample("/second"));
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
-    assert_eq!(uris(&fs::read(&path).unwrap()), ["/first", "/second"]);
+    close(log).await;
+    assert_eq!(file.uris(), ["/first", "/second"]);
 
     let missing_dir = AuditLog::open(
-        AuditTarget::File(dir.join("no-such-dir/audit.log")),
+        AuditTarget::File(file.dir.join("no-such-dir/audit.log")),
         AuditOptions::default(),
         Counter::default(),
     );
     assert!(missing_dir.is_err());
-    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
 async fn rotation_renames_full_files_and_keeps_the_newest_backups() {
-    let dir = temp_dir("rotate");
-    let path = dir.join("audit.log");
-    let dropped = Counter::default();
-    let rotation = Rotation {
-        max_size_mb: 1,
-        max_backups: 2,
-    };
-    let log = AuditLog::open(
-        AuditTarget::File(path.clone()),
-        rotating(rotation),
-        dropped.clone(),
-    )
-    .unwrap();
+    let file = LogFile::new("rotate");
+    let log = file.open(rotating(2));
     // A mode no umask narrows: the new file after a rotation must carry the old file's mode.
-    fs::set_permissions(&path, fs::Permissions::from_mode(0o400)).unwrap();
+    fs::set_permissions(&file.path, fs::Permissions::from_mode(0o400)).unwrap();
 
     let padding = "p".repeat(4000);
     let events = 1100; // about 4.8 MiB: four rotations
     for n in 0..events {
         log.record(sample(&format!("/stats/summary?n={n:05}&pad={padding}")));
     }
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
-    assert_eq!(dropped.get(), 0);
+    close(log).await;
+    assert_eq!(file.dropped.get(), 0);
 
     let mut backups = Vec::new();
-    for entry in fs::read_dir(&dir).unwrap() {
+    for entry in fs::read_dir(&file.dir).unwrap() {
         let name = entry.unwrap().file_name().into_string().unwrap();
         if name != "audit.log" {
             assert!(
@@ -668,7 +686,7 @@ async fn rotation_renames_full_files_and_keeps_the_newest_backups() {
     let line_len = line(&sample(&format!("/stats/summary?n=00000&pad={padding}"))).len() as u64;
     let mut seen = Vec::new();
     for name in &backups {
-        let content = fs::read(dir.join(name)).unwrap();
+        let content = fs::read(file.dir.join(name)).unwrap();
         let size = content.len() as u64;
         assert!(
             size <= MEGABYTE && size > MEGABYTE - line_len,
@@ -676,13 +694,10 @@ async fn rotation_renames_full_files_and_keeps_the_newest_backups() {
         );
         seen.extend(uris(&content));
     }
-    let current = fs::read(&path).unwrap();
+    let current = fs::read(&file.path).unwrap();
     assert!(current.len() as u64 <= MEGABYTE);
     seen.extend(uris(&current));
-    assert_eq!(
-        fs::metadata(&path).unwrap().permissions().mode() & 0o777,
-        0o400
-    );
+    assert_eq!(file.mode(), 0o400);
 
     // The kept files hold the newest events, contiguous and in order, up to the last one.
     let numbers: Vec<usize> = seen
@@ -692,13 +707,11 @@ async fn rotation_renames_full_files_and_keeps_the_newest_backups() {
     let first = events - numbers.len();
     assert!(first > 0, "older backups were removed");
     assert_eq!(numbers, (first..events).collect::<Vec<_>>());
-    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
 async fn opening_removes_excess_backups_and_nothing_else() {
-    let dir = temp_dir("cleanup");
-    let path = dir.join("audit.log");
+    let file = LogFile::new("cleanup");
     let backups: Vec<String> = (1..=5)
         .map(|day| format!("audit-2026-01-0{day}T00-00-00.000.log"))
         .collect();
@@ -709,56 +722,25 @@ async fn opening_removes_excess_backups_and_nothing_else() {
         "audit-2026-01-01T00-00-00.000.log.gz",
     ];
     for name in backups.iter().map(String::as_str).chain(others) {
-        fs::write(dir.join(name), "old\n").unwrap();
+        fs::write(file.dir.join(name), "old\n").unwrap();
     }
-    let present = |name: &str| dir.join(name).exists();
+    let present = |name: &str| file.dir.join(name).exists();
 
-    let keep_all = Rotation {
-        max_size_mb: 1,
-        max_backups: 0,
-    };
-    let log = AuditLog::open(
-        AuditTarget::File(path.clone()),
-        rotating(keep_all),
-        Counter::default(),
-    )
-    .unwrap();
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    // Keeping every backup removes none; keeping two removes the three oldest.
+    close(file.open(rotating(0))).await;
     assert!(backups.iter().all(|b| present(b)));
 
-    let keep_two = Rotation {
-        max_size_mb: 1,
-        max_backups: 2,
-    };
-    let log = AuditLog::open(
-        AuditTarget::File(path.clone()),
-        rotating(keep_two),
-        Counter::default(),
-    )
-    .unwrap();
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    close(file.open(rotating(2))).await;
     let kept: Vec<&String> = backups.iter().filter(|b| present(b)).collect();
     assert_eq!(kept, [&backups[3], &backups[4]]);
     assert!(others.iter().all(|o| present(o)));
     assert!(present("audit.log"));
-    fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
 async fn an_event_larger_than_the_file_size_is_dropped_and_counted() {
-    let dir = temp_dir("oversized");
-    let path = dir.join("audit.log");
-    let dropped = Counter::default();
-    let rotation = Rotation {
-        max_size_mb: 1,
-        max_backups: 0,
-    };
-    let log = AuditLog::open(
-        AuditTarget::File(path.clone()),
-        rotating(rotation),
-        dropped.clone(),
-    )
-    .unwrap();
+    let file = LogFile::new("oversized");
+    let log = file.open(rotating(0));
     let huge = User {
         name: "u".repeat(MEGABYTE as usize + 1),
         ..User::default()
@@ -769,11 +751,10 @@ async fn an_event_larger_than_the_file_size_is_dropped_and_counted() {
         ..sample("/huge")
     });
     log.record(sample("/after"));
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
-    assert_eq!(dropped.get(), 1);
-    assert_eq!(uris(&fs::read(&path).unwrap()), ["/before", "/after"]);
-    assert_eq!(fs::read_dir(&dir).unwrap().count(), 1, "no rotation");
-    fs::remove_dir_all(&dir).unwrap();
+    close(log).await;
+    assert_eq!(file.dropped.get(), 1);
+    assert_eq!(file.uris(), ["/before", "/after"]);
+    assert_eq!(fs::read_dir(&file.dir).unwrap().count(), 1, "no rotation");
 }
 
 /// Bytes written to a stream sink, readable by the test.
@@ -839,7 +820,7 @@ async fn a_full_queue_drops_and_counts_without_blocking() {
     assert_eq!(dropped.get(), 2);
 
     drop(open_gate);
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    close(log).await;
     assert_eq!(uris(&out.contents()), ["/0", "/1"]);
     assert_eq!(dropped.get(), 2);
 }
@@ -869,35 +850,27 @@ async fn failed_writes_are_counted_and_never_reach_the_caller() {
     for n in 0..5 {
         log.record(sample(&format!("/{n}")));
     }
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
+    close(log).await;
     assert_eq!(dropped.get(), 5);
 }
 
 #[tokio::test]
 async fn close_writes_everything_queued_then_refuses_new_events() {
-    let dir = temp_dir("close");
-    let path = dir.join("audit.log");
-    let dropped = Counter::default();
-    let log = AuditLog::open(
-        AuditTarget::File(path.clone()),
-        AuditOptions::default(),
-        dropped.clone(),
-    )
-    .unwrap();
+    let file = LogFile::new("close");
+    let log = file.open(AuditOptions::default());
     let survivor = log.clone();
     let expected: Vec<String> = (0..3000).map(|n| format!("/pods?n={n}")).collect();
     for uri in &expected {
         log.record(sample(uri));
     }
     // Returns although a clone is still alive.
-    tokio::time::timeout(WAIT, log.close()).await.unwrap();
-    assert_eq!(uris(&fs::read(&path).unwrap()), expected);
-    assert_eq!(dropped.get(), 0);
+    close(log).await;
+    assert_eq!(file.uris(), expected);
+    assert_eq!(file.dropped.get(), 0);
 
     survivor.record(sample("/late"));
-    assert_eq!(dropped.get(), 1);
-    assert_eq!(uris(&fs::read(&path).unwrap()).len(), expected.len());
-    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(file.dropped.get(), 1);
+    assert_eq!(file.uris().len(), expected.len());
 }
 
 #[tokio::test]

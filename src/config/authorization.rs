@@ -357,6 +357,20 @@ mod tests {
          subjectAccessReviewVersion: v1\n      failurePolicy: Deny\n      \
          connectionInfo: {type: KubeConfigFile, kubeConfigFile: KUBECONFIG}\n";
 
+    /// A configuration of [`WEBHOOK`] alone, `from` replaced by `to`.
+    fn webhook(from: &str, to: &str) -> String {
+        format!("{HEAD}authorizers:\n{}", WEBHOOK.replace(from, to))
+    }
+
+    /// A configuration of [`WEBHOOK`] alone, with `fields` added to its `webhook:` mapping.
+    fn webhook_with(fields: &[&str]) -> String {
+        let added: String = fields.iter().map(|f| format!("      {f}\n")).collect();
+        webhook(
+            "failurePolicy: Deny\n",
+            &format!("failurePolicy: Deny\n{added}"),
+        )
+    }
+
     #[test]
     fn a_file_over_one_mebibyte_is_refused_unread() {
         let padding = format!("# {}\n", "x".repeat(1 << 20));
@@ -405,13 +419,11 @@ mod tests {
 
     #[test]
     fn match_conditions_are_compiled_at_load() {
-        let conditions = "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      \
-             matchConditions:\n        - expression: \"!('system:nodes' in request.groups)\"\n        \
-             - expression: has(request.resourceAttributes)\n";
-        let text = format!(
-            "{HEAD}authorizers:\n{}",
-            WEBHOOK.replace("failurePolicy: Deny\n", conditions)
-        );
+        let text = webhook_with(&[
+            "matchConditionSubjectAccessReviewVersion: v1",
+            "matchConditions:\n        - expression: \"!('system:nodes' in request.groups)\"\n        \
+             - expression: has(request.resourceAttributes)",
+        ]);
         match &load_text("conditions", &text).unwrap()[0] {
             AuthorizerSpec::Webhook(w) => assert_eq!(
                 w.match_conditions.expressions().collect::<Vec<_>>(),
@@ -423,30 +435,19 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // The version alone, without conditions, is accepted as kube-apiserver accepts it.
-        let text = format!(
-            "{HEAD}authorizers:\n{}",
-            WEBHOOK.replace(
-                "failurePolicy: Deny\n",
-                "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n"
-            )
-        );
+        let text = webhook_with(&["matchConditionSubjectAccessReviewVersion: v1"]);
         match &load_text("version-only", &text).unwrap()[0] {
             AuthorizerSpec::Webhook(w) => assert!(w.match_conditions.is_empty()),
             other => panic!("{other:?}"),
         }
         // 65 conditions are too many.
         let many: String = (0..65)
-            .map(|i| format!("        - expression: \"{i} > 0\"\n"))
+            .map(|i| format!("\n        - expression: \"{i} > 0\""))
             .collect();
-        let text = format!(
-            "{HEAD}authorizers:\n{}",
-            WEBHOOK.replace(
-                "failurePolicy: Deny\n",
-                &format!(
-                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      matchConditions:\n{many}"
-                )
-            )
-        );
+        let text = webhook_with(&[
+            "matchConditionSubjectAccessReviewVersion: v1",
+            &format!("matchConditions:{many}"),
+        ]);
         let err = load_text("many", &text).unwrap_err();
         assert!(
             err.contains("authz.yaml: authorizers[0] (\"webhook\"): webhook.matchConditions: must have at most 64 items, has 65"),
@@ -456,8 +457,6 @@ mod tests {
 
     #[test]
     fn invalid_configurations_name_the_problem() {
-        let webhook =
-            |from: &str, to: &str| format!("{HEAD}authorizers:\n{}", WEBHOOK.replace(from, to));
         let cases = [
             (
                 format!("{HEAD}authorizers: []\n"),
@@ -480,41 +479,34 @@ mod tests {
                 "v1beta1 is not supported",
             ),
             (
-                webhook(
-                    "failurePolicy: Deny",
-                    "failurePolicy: Deny\n      matchConditions: [{expression: \"has(request.resourceAttributes)\"}]",
-                ),
+                webhook_with(&[
+                    "matchConditions: [{expression: \"has(request.resourceAttributes)\"}]",
+                ]),
                 "webhook.matchConditionSubjectAccessReviewVersion is required with matchConditions (v1)",
             ),
             (
-                webhook(
-                    "failurePolicy: Deny",
-                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1beta1",
-                ),
+                webhook_with(&["matchConditionSubjectAccessReviewVersion: v1beta1"]),
                 "webhook.matchConditionSubjectAccessReviewVersion \"v1beta1\" is not v1",
             ),
             (
-                webhook(
-                    "failurePolicy: Deny",
-                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      \
-                     matchConditions: [{expression: \"request.userInfo.username == 'x'\"}]",
-                ),
+                webhook_with(&[
+                    "matchConditionSubjectAccessReviewVersion: v1",
+                    "matchConditions: [{expression: \"request.userInfo.username == 'x'\"}]",
+                ]),
                 "authorizers[0] (\"webhook\"): webhook.matchConditions[0].expression \"request.userInfo.username == 'x'\": compilation failed: undefined field 'userInfo'",
             ),
             (
-                webhook(
-                    "failurePolicy: Deny",
-                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      \
-                     matchConditions: [{expression: \"true\"}, {expression: \"\"}]",
-                ),
+                webhook_with(&[
+                    "matchConditionSubjectAccessReviewVersion: v1",
+                    "matchConditions: [{expression: \"true\"}, {expression: \"\"}]",
+                ]),
                 "webhook.matchConditions[1].expression is required",
             ),
             (
-                webhook(
-                    "failurePolicy: Deny",
-                    "failurePolicy: Deny\n      matchConditionSubjectAccessReviewVersion: v1\n      \
-                     matchConditions: [{expression: \"true\", name: x}]",
-                ),
+                webhook_with(&[
+                    "matchConditionSubjectAccessReviewVersion: v1",
+                    "matchConditions: [{expression: \"true\", name: x}]",
+                ]),
                 "unknown field `name`",
             ),
             (

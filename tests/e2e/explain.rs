@@ -8,26 +8,11 @@ use serde_json::Value;
 use crate::support::TempDir;
 use crate::support::apiserver::{ApiServer, Fault, Kind, Verdict};
 use crate::support::process::{Deployment, Finished, ProcessSpec, run};
+use crate::test_data::{MONITORING_POLICY, text};
 
-/// Three roles, four bindings: the group `monitoring` has stats through the first binding and
-/// metrics through the second; `debugger` has `nodes/proxy`; the last role has rules no kubelet
-/// request can match.
-const POLICY: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: stats-reader}
-rules: [{apiGroups: [""], resources: [nodes/stats], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: metrics-reader}
-rules: [{apiGroups: [""], resources: [nodes/metrics], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: proxy-reader}
-rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
+/// A role whose rules no kubelet request can match, and its binding: appended to the monitoring
+/// policy, they are what `explain` warns about.
+const NEVER: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: never}
 rules:
@@ -39,28 +24,24 @@ rules:
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
-metadata: {name: monitoring-stats}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: stats-reader}
-subjects: [{kind: Group, name: monitoring}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: monitoring-metrics}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
-subjects: [{kind: Group, name: monitoring}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: debugger-proxy}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-reader}
-subjects: [{kind: User, name: debugger}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
 metadata: {name: never}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: never}
 subjects: [{kind: User, name: nobody}]
 "#;
+
+/// Writes `policy.yaml` into `dir`: the monitoring policy the unit tests judge with (the group
+/// `monitoring` has stats through the first binding and metrics through the second; `debugger`
+/// has `nodes/proxy`), then [`NEVER`]. Returns its path.
+fn write_policy(dir: &TempDir) -> String {
+    let text = format!("{}---\n{NEVER}", text(MONITORING_POLICY));
+    dir.write("policy.yaml", text).display().to_string()
+}
+
+/// The line of `policy.yaml` where [`NEVER`]'s role starts: after the monitoring policy and the
+/// `---` between them.
+fn never_line() -> usize {
+    text(MONITORING_POLICY).lines().count() + 2
+}
 
 /// The upstream of a configuration `explain` reads: it never sends a request.
 const NOWHERE: &str = "http://127.0.0.1:1";
@@ -74,7 +55,7 @@ struct Setup {
 impl Setup {
     async fn new(label: &str) -> Setup {
         let site = ProcessSpec::new(label).upstream(NOWHERE).prepare().await;
-        let policy = site.dir.write("policy.yaml", POLICY).display().to_string();
+        let policy = write_policy(&site.dir);
         Setup { site, policy }
     }
 
@@ -108,6 +89,19 @@ fn assert_exit(done: &Finished, code: i32) {
     );
 }
 
+/// Asserts that `done` exited with `code` and printed each of `expected` on stdout, showing
+/// what it printed otherwise.
+fn assert_printed(done: &Finished, code: i32, expected: &[&str]) {
+    assert_exit(done, code);
+    for expected in expected {
+        assert!(
+            done.stdout.contains(expected),
+            "{expected:?} not in:\n{}",
+            done.stdout
+        );
+    }
+}
+
 fn json(done: &Finished) -> Value {
     serde_json::from_str(&done.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", done.stdout, done.stderr))
@@ -123,23 +117,15 @@ async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
             &["--user=prom", "--group=monitoring", "GET", "/metrics"],
         )
         .await;
-    assert_exit(&done, 0);
-    assert!(
-        done.stdout.contains(
+    assert_printed(
+        &done,
+        0,
+        &[
             "Policy       Allow      RBAC: allowed by ClusterRoleBinding \"monitoring-metrics\" \
-             of ClusterRole \"metrics-reader\" to Group \"monitoring\""
-        ),
-        "{}",
-        done.stdout
-    );
-    assert!(
-        done.stdout
-            .contains("Node         NoOpinion  not a node identity")
-    );
-    assert!(
-        done.stdout.contains("result:      allowed"),
-        "{}",
-        done.stdout
+             of ClusterRole \"metrics-reader\" to Group \"monitoring\"",
+            "Node         NoOpinion  not a node identity",
+            "result:      allowed",
+        ],
     );
 
     let done = s
@@ -148,22 +134,14 @@ async fn explain_names_the_binding_that_allowed_and_the_403_when_none_does() {
             &["--user=prom", "--group=monitoring", "GET", "/pods"],
         )
         .await;
-    assert_exit(&done, 1);
-    assert!(
-        done.stdout
-            .contains("attributes:  nodes/pods, nodes/proxy (in order)")
-    );
-    assert!(
-        done.stdout.contains("result:      403 forbidden"),
-        "{}",
-        done.stdout
-    );
-    assert!(
-        done.stdout.contains(
-            r#"body: "Forbidden (user=prom, verb=get, resource=nodes, subresource(s)=[pods proxy])\n""#
-        ),
-        "{}",
-        done.stdout
+    assert_printed(
+        &done,
+        1,
+        &[
+            "attributes:  nodes/pods, nodes/proxy (in order)",
+            "result:      403 forbidden",
+            r#"body: "Forbidden (user=prom, verb=get, resource=nodes, subresource(s)=[pods proxy])\n""#,
+        ],
     );
 
     // The fallback: nodes/pods has no opinion, nodes/proxy is allowed.
@@ -218,15 +196,15 @@ async fn explain_shows_the_node_restriction_and_the_redirect() {
     let done = s
         .explain("redirect", &["--user=prom", "GET", "/metrics/../pods?x=1"])
         .await;
-    assert_exit(&done, 1);
-    assert!(
-        done.stdout
-            .contains("path:        not canonical: redirected to /pods?x=1 before authentication"),
-        "{}",
-        done.stdout
+    assert_printed(
+        &done,
+        1,
+        &[
+            "path:        not canonical: redirected to /pods?x=1 before authentication",
+            "result:      301 redirected",
+            "  location: /pods?x=1",
+        ],
     );
-    assert!(done.stdout.contains("result:      301 redirected"));
-    assert!(done.stdout.contains("  location: /pods?x=1"));
     assert!(!done.stdout.contains("attributes:"), "{}", done.stdout);
 }
 
@@ -296,7 +274,7 @@ async fn explain_json_document_field_by_field() {
         .map(|w| {
             assert_eq!(w["file"], s.policy.as_str());
             assert_eq!(w["role"], "never");
-            assert_eq!(w["line"], 16);
+            assert_eq!(w["line"], never_line());
             (
                 w["field"].as_str().unwrap(),
                 w["rule"].as_u64().unwrap(),
@@ -326,14 +304,14 @@ async fn explain_json_document_field_by_field() {
 async fn explain_warns_on_stderr_in_text_mode_and_exits_2_on_bad_input() {
     let s = Setup::new("explain-input").await;
     let done = s.explain("warn", &["--anonymous", "GET", "/pods"]).await;
-    assert_exit(&done, 1);
-    assert!(done.stdout.contains("user:        system:anonymous"));
+    assert_printed(&done, 1, &["user:        system:anonymous"]);
     let warnings: Vec<&str> = done.stderr.lines().collect();
     assert_eq!(warnings.len(), 5, "{}", done.stderr);
     assert!(
         warnings[0].starts_with(&format!(
-            "kubelet-auth-proxy: warning: {}:16: ClusterRole \"never\" rules[0]: verb \"list\"",
-            s.policy
+            "kubelet-auth-proxy: warning: {}:{}: ClusterRole \"never\" rules[0]: verb \"list\"",
+            s.policy,
+            never_line()
         )),
         "{}",
         warnings[0]
@@ -410,12 +388,10 @@ async fn explain_with_webhook_shows_the_subject_access_review_reason() {
     }
 
     let done = webhook(&site, "allowed", &["--user=prom", "GET", "/metrics"]).await;
-    assert_exit(&done, 0);
-    assert!(
-        done.stdout
-            .contains("Webhook      Allow      RBAC: allowed by the stand-in's rules"),
-        "{}",
-        done.stdout
+    assert_printed(
+        &done,
+        0,
+        &["Webhook      Allow      RBAC: allowed by the stand-in's rules"],
     );
 
     let done = webhook(
@@ -472,7 +448,7 @@ fn policy_only(policy: &str, args: &[&str]) -> Vec<String> {
 #[tokio::test]
 async fn explain_needs_only_the_policy_and_the_node_name() {
     let dir = TempDir::new("explain-policy-only");
-    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    let policy = write_policy(&dir);
     let prom = ["--user=prom", "--group=monitoring", "--output=json"];
     let allowed = run(
         &dir,
@@ -497,7 +473,7 @@ async fn explain_needs_only_the_policy_and_the_node_name() {
 #[tokio::test]
 async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
     let dir = TempDir::new("explain-check");
-    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    let policy = write_policy(&dir);
     let good = dir.write(
         "good.yaml",
         "apiVersion: kubelet-auth-proxy/v1alpha1\nkind: PolicyCheck\nrows:\n\
@@ -532,14 +508,11 @@ async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
     );
     let check = format!("--check={}", bad.display());
     let done = run(&dir, "bad", &policy_only(&policy, &[&check])).await;
-    assert_exit(&done, 1);
-    assert!(
-        done.stdout.contains(
-            "FAIL  row 2: debugger GET /pods: allow, expected deny \
-             (allowed on nodes/proxy by Policy)"
-        ),
-        "{}",
-        done.stdout
+    assert_printed(
+        &done,
+        1,
+        &["FAIL  row 2: debugger GET /pods: allow, expected deny \
+           (allowed on nodes/proxy by Policy)"],
     );
     let done = run(
         &dir,
@@ -561,7 +534,7 @@ async fn explain_check_passes_a_table_and_fails_on_a_mismatch() {
 #[tokio::test]
 async fn explain_check_refuses_a_table_it_cannot_ask_naming_file_and_row() {
     let dir = TempDir::new("explain-check-input");
-    let policy = dir.write("policy.yaml", POLICY).display().to_string();
+    let policy = write_policy(&dir);
     for (name, table, needle) in [
         (
             "both",
@@ -669,18 +642,15 @@ async fn explain_shows_the_watched_state_and_the_binding_the_rbac_mode_allowed_b
         .await;
     let mode = "--authorization-mode=Node,RBAC";
     let done = explain(&site, "allowed", &[mode, "--user=prom", "GET", "/metrics"]).await;
-    assert_exit(&done, 0);
-    for expected in [
-        "rbac:        fresh, policy built ",
-        "API server last heard: clusterrolebindings ",
-        "RBAC         Allow      RBAC: allowed by ClusterRoleBinding \"prom-metrics\" of ClusterRole \"kubelet-metrics\" to User \"prom\"",
-    ] {
-        assert!(
-            done.stdout.contains(expected),
-            "{expected}: {}",
-            done.stdout
-        );
-    }
+    assert_printed(
+        &done,
+        0,
+        &[
+            "rbac:        fresh, policy built ",
+            "API server last heard: clusterrolebindings ",
+            "RBAC         Allow      RBAC: allowed by ClusterRoleBinding \"prom-metrics\" of ClusterRole \"kubelet-metrics\" to User \"prom\"",
+        ],
+    );
     // The start jitter is not waited for: one process asking once.
     assert_eq!(
         api.rbac_lists(crate::support::apiserver::RbacKind::ClusterRole),

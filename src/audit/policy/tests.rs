@@ -4,15 +4,7 @@ use std::sync::Arc;
 
 use super::lint::{ActSample, act_warnings};
 use super::*;
-
-fn user(name: &str, groups: &[&str]) -> User {
-    User {
-        name: name.to_owned(),
-        uid: String::new(),
-        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-        extra: Default::default(),
-    }
-}
+use crate::test_fixtures::user;
 
 fn node(subresource: &'static str) -> ObjectRef {
     ObjectRef {

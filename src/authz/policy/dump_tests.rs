@@ -1,10 +1,15 @@
 //! A cluster's RBAC dump as it is (`tests/data/rbac-dump.yaml`) and aggregated ClusterRoles.
 
+use super::tests::decide;
 use super::*;
 use crate::authn::User;
 use crate::authz::attributes::AttributeMapping;
 use crate::authz::policy::lint::{UnlistedRules, lint_policies};
 use crate::test_data::{RBAC_DUMP, text};
+use crate::test_fixtures::user;
+
+/// The node every request of these tests is for.
+const NODE: &str = "node-1";
 
 fn dump_text() -> String {
     text(RBAC_DUMP)
@@ -13,26 +18,6 @@ fn dump_text() -> String {
 fn load(text: &str) -> PolicyAuthorizer {
     PolicyAuthorizer::from_sources(&[("dump.yaml".into(), text.into())])
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-fn user(name: &str, groups: &[&str]) -> User {
-    User {
-        name: name.into(),
-        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-        ..User::default()
-    }
-}
-
-fn decide(p: &PolicyAuthorizer, u: &User, verb: &str, subresource: &str) -> Decision {
-    p.authorize(&Attributes {
-        user: u,
-        verb,
-        namespace: "",
-        resource: "nodes",
-        subresource,
-        name: "node-1",
-        path: "/",
-    })
 }
 
 fn rules_of<'p>(p: &'p PolicyAuthorizer, name: &str) -> PolicyRole<'p> {
@@ -54,7 +39,7 @@ fn a_cluster_dump_loads_as_it_is_and_answers_as_rbac_does() {
             rules: 53,
         }
     );
-    let allowed = |u: &User, verb, sub| match decide(&p, u, verb, sub) {
+    let allowed = |u: &User, verb, sub| match decide(&p, u, verb, sub, NODE) {
         Decision::Allow(reason) => Some(reason.to_string()),
         _ => None,
     };
@@ -94,7 +79,7 @@ fn a_cluster_dump_loads_as_it_is_and_answers_as_rbac_does() {
 #[test]
 fn in_a_dump_only_rules_meant_for_the_kubelet_are_named() {
     let p = load(&dump_text());
-    let lint = lint_policies([&p], &AttributeMapping::default(), "node-1");
+    let lint = lint_policies([&p], &AttributeMapping::default(), NODE);
     let named: Vec<_> = lint
         .warnings
         .iter()
@@ -183,15 +168,15 @@ items:
     assert_eq!(resources, ["nodes/stats", "nodes/log", "nodes/metrics"]);
     let reader = user("r", &["readers"]);
     assert!(matches!(
-        decide(&p, &reader, "get", "log"),
+        decide(&p, &reader, "get", "log", NODE),
         Decision::Allow(_)
     ));
     assert!(matches!(
-        decide(&p, &reader, "create", "proxy"),
+        decide(&p, &reader, "create", "proxy", NODE),
         Decision::NoOpinion(_)
     ));
     assert!(matches!(
-        decide(&p, &reader, "get", "configz"),
+        decide(&p, &reader, "get", "configz", NODE),
         Decision::NoOpinion(_)
     ));
 }

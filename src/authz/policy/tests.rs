@@ -8,6 +8,7 @@ use super::*;
 use crate::authn::User;
 use crate::authz::rbac::SERVICE_ACCOUNT_KIND;
 use crate::test_data::{AttributeCase, KUBELET_VECTORS, cases};
+use crate::test_fixtures::user;
 
 /// A ClusterRole granting `get` on `nodes/metrics` and `nodes/stats` (the grant the kubelet
 /// docs give metrics scrapers).
@@ -38,15 +39,14 @@ fn policy(sources: &[(&str, &str)]) -> Result<PolicyAuthorizer, PolicyError> {
     PolicyAuthorizer::from_sources(&owned)
 }
 
-fn user(name: &str, groups: &[&str]) -> User {
-    User {
-        name: name.into(),
-        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-        ..User::default()
-    }
-}
-
-fn decide(p: &PolicyAuthorizer, u: &User, verb: &str, subresource: &str, node: &str) -> Decision {
+/// What `p` answers `u` asking `verb` on `nodes/<subresource>` of `node`.
+pub(super) fn decide(
+    p: &PolicyAuthorizer,
+    u: &User,
+    verb: &str,
+    subresource: &str,
+    node: &str,
+) -> Decision {
     p.authorize(&Attributes {
         user: u,
         verb,

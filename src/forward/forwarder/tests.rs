@@ -2,7 +2,6 @@
 
 use super::*;
 use crate::forward::UpstreamBody;
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
+use crate::test_fixtures::{certificate_user, http2_connect, send_http2};
 use crate::tools::demo::kubelet::StandInKubelet;
 
 /// Bound on every wait, so a bug fails the test instead of hanging it.
@@ -32,15 +32,33 @@ type FrontBody = Either<UpstreamBody, Full<Bytes>>;
 async fn tls_front(identity_headers: bool) -> (StandInKubelet, SocketAddr) {
     let (server, ca) = kubelet_tls();
     let kubelet = StandInKubelet::start(Some(server)).await.unwrap();
-    let forwarder = Forwarder::new(
-        kubelet.upstream(),
-        Some(client_tls(ca)),
-        None,
-        options(identity_headers),
-    )
-    .unwrap();
-    let addr = front(forwarder, alice()).await;
+    let addr = tls_front_to(kubelet.upstream(), ca, identity_headers).await;
     (kubelet, addr)
+}
+
+/// A front server forwarding as alice to `target` over TLS, trusting `ca`.
+async fn tls_front_to(
+    target: UpstreamTarget,
+    ca: CertificateDer<'static>,
+    identity_headers: bool,
+) -> SocketAddr {
+    let tls = Some(client_tls(ca));
+    let forwarder = Forwarder::new(target, tls, None, options(identity_headers)).unwrap();
+    front(forwarder, alice()).await
+}
+
+/// A stand-in kubelet over plain HTTP and a front server forwarding to it as alice, with or
+/// without identity headers.
+async fn plain_front(identity_headers: bool) -> (StandInKubelet, SocketAddr) {
+    let kubelet = StandInKubelet::start(None).await.unwrap();
+    let addr = plain_front_to(kubelet.upstream(), identity_headers).await;
+    (kubelet, addr)
+}
+
+/// A front server forwarding as alice to `target` over plain HTTP (or a unix socket).
+async fn plain_front_to(target: UpstreamTarget, identity_headers: bool) -> SocketAddr {
+    let forwarder = Forwarder::new(target, None, None, options(identity_headers)).unwrap();
+    front(forwarder, alice()).await
 }
 
 /// A minimal front server: every request is forwarded as `user`; a `ForwardError` becomes a
@@ -96,6 +114,29 @@ fn get(path: &str) -> http::request::Builder {
     Request::get(path).header(HOST, "proxy.test")
 }
 
+/// `request` asking to switch to `protocol`.
+fn asking_upgrade(request: http::request::Builder, protocol: &str) -> http::request::Builder {
+    request
+        .header(CONNECTION, "Upgrade")
+        .header(UPGRADE, protocol)
+}
+
+/// Sends a plain `GET path` to `addr`; returns the answer's status and body.
+async fn get_text(addr: SocketAddr, path: &str) -> (StatusCode, String) {
+    let resp = send(addr, get(path).body(Full::default()).unwrap()).await;
+    (resp.status(), body_text(resp).await)
+}
+
+/// The front server's answer to a `ForwardError` whose `Display` is `error`.
+fn bad_gateway(error: &str) -> (StatusCode, String) {
+    (StatusCode::BAD_GATEWAY, error.to_owned())
+}
+
+/// A kubelet's `/healthz` answer.
+fn healthy() -> (StatusCode, String) {
+    (StatusCode::OK, "ok".to_owned())
+}
+
 async fn body_text(resp: Response<Incoming>) -> String {
     let bytes = timeout(WAIT, resp.into_body().collect())
         .await
@@ -130,15 +171,12 @@ fn has_identity_or_credential(echo: &Value) -> Vec<String> {
 }
 
 fn alice() -> User {
-    User {
-        name: "alice".into(),
-        uid: "u-1".into(),
-        groups: vec!["devs".into(), "system:authenticated".into()],
-        extra: BTreeMap::from([(
-            "authentication.kubernetes.io/credential-id".to_owned(),
-            vec!["X509SHA256=ab".to_owned()],
-        )]),
-    }
+    certificate_user(
+        "alice",
+        "u-1",
+        &["devs", "system:authenticated"],
+        "X509SHA256=ab",
+    )
 }
 
 fn options(identity: bool) -> ForwardOptions {
@@ -213,8 +251,15 @@ fn client_tls(ca: CertificateDer<'static>) -> Arc<rustls::ClientConfig> {
     Arc::new(config)
 }
 
-/// Checks what the stand-in saw for [`hostile_post`] sent to `/a;b/c%20d?x=1&y=%2F`.
-fn assert_clean_echo(echo: &Value, host: &str) {
+/// Sends [`hostile_post`] to `/a;b/c%20d?x=1&y=%2F` through the front server of a stand-in
+/// `kubelet` at `addr`, and checks that the stand-in saw it unchanged but for its identities,
+/// credentials and hop-by-hop headers, with the kubelet's address as its Host (`localhost` on a
+/// unix socket).
+async fn assert_forwarded_clean((kubelet, addr): &(StandInKubelet, SocketAddr)) {
+    let host = kubelet
+        .addr()
+        .map_or_else(|| "localhost".to_owned(), |a| a.to_string());
+    let echo = &echo_of(send(*addr, hostile_post("/a;b/c%20d?x=1&y=%2F")).await).await;
     assert_eq!(echo["method"], "POST");
     assert_eq!(echo["path"], "/a;b/c%20d");
     assert_eq!(echo["query"], "x=1&y=%2F");
@@ -232,18 +277,12 @@ fn assert_clean_echo(echo: &Value, host: &str) {
 
 #[tokio::test]
 async fn plain_http_forwards_path_and_query_unchanged_without_client_identity() {
-    let kubelet = StandInKubelet::start(None).await.unwrap();
-    let forwarder = Forwarder::new(kubelet.upstream(), None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
-    let echo = echo_of(send(addr, hostile_post("/a;b/c%20d?x=1&y=%2F")).await).await;
-    assert_clean_echo(&echo, &kubelet.addr().unwrap().to_string());
+    assert_forwarded_clean(&plain_front(false).await).await;
 }
 
 #[tokio::test]
 async fn identity_headers_replace_client_ones_when_enabled() {
-    let kubelet = StandInKubelet::start(None).await.unwrap();
-    let forwarder = Forwarder::new(kubelet.upstream(), None, None, options(true)).unwrap();
-    let addr = front(forwarder, alice()).await;
+    let (_kubelet, addr) = plain_front(true).await;
     let echo = echo_of(send(addr, hostile_post("/pods/x")).await).await;
     assert_eq!(header_values(&echo, "x-remote-user"), ["alice"]);
     assert_eq!(header_values(&echo, "x-remote-uid"), ["u-1"]);
@@ -270,17 +309,15 @@ async fn identity_value_that_cannot_be_a_header_is_a_502_and_nothing_is_sent() {
     let mut user = alice();
     user.groups.push("evil\r\nx-remote-user: root".into());
     let addr = front(forwarder, user).await;
-    let resp = send(addr, get("/pods").body(Full::default()).unwrap()).await;
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    let body = body_text(resp).await;
-    assert_eq!(body, "cannot forward the caller's identity");
+    assert_eq!(
+        get_text(addr, "/pods").await,
+        bad_gateway("cannot forward the caller's identity")
+    );
 }
 
 #[tokio::test]
 async fn tls_upstream_is_verified_and_forwarded() {
-    let (kubelet, addr) = tls_front(false).await;
-    let echo = echo_of(send(addr, hostile_post("/a;b/c%20d?x=1&y=%2F")).await).await;
-    assert_clean_echo(&echo, &kubelet.addr().unwrap().to_string());
+    assert_forwarded_clean(&tls_front(false).await).await;
 }
 
 #[tokio::test]
@@ -295,12 +332,10 @@ async fn tls_server_name_override_is_used_for_verification() {
         options(false),
     )
     .unwrap();
-    let resp = send(
-        front(good, alice()).await,
-        get("/healthz").body(Full::default()).unwrap(),
-    )
-    .await;
-    assert_eq!(body_text(resp).await, "ok");
+    assert_eq!(
+        get_text(front(good, alice()).await, "/healthz").await,
+        healthy()
+    );
 
     let wrong = Forwarder::new(
         kubelet.upstream(),
@@ -309,13 +344,10 @@ async fn tls_server_name_override_is_used_for_verification() {
         options(false),
     )
     .unwrap();
-    let resp = send(
-        front(wrong, alice()).await,
-        get("/healthz").body(Full::default()).unwrap(),
-    )
-    .await;
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(body_text(resp).await, "upstream TLS handshake failed");
+    assert_eq!(
+        get_text(front(wrong, alice()).await, "/healthz").await,
+        bad_gateway("upstream TLS handshake failed")
+    );
 }
 
 #[tokio::test]
@@ -323,17 +355,11 @@ async fn untrusted_kubelet_certificate_is_a_tls_error() {
     let (server, _) = kubelet_tls();
     let (_, other_ca) = kubelet_tls();
     let kubelet = StandInKubelet::start(Some(server)).await.unwrap();
-    let forwarder = Forwarder::new(
-        kubelet.upstream(),
-        Some(client_tls(other_ca)),
-        None,
-        options(false),
-    )
-    .unwrap();
-    let addr = front(forwarder, alice()).await;
-    let resp = send(addr, get("/healthz").body(Full::default()).unwrap()).await;
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(body_text(resp).await, "upstream TLS handshake failed");
+    let addr = tls_front_to(kubelet.upstream(), other_ca, false).await;
+    assert_eq!(
+        get_text(addr, "/healthz").await,
+        bad_gateway("upstream TLS handshake failed")
+    );
 }
 
 #[tokio::test]
@@ -342,33 +368,22 @@ async fn unix_socket_upstream() {
     let kubelet = StandInKubelet::start_unix(dir.join("kubelet.sock"))
         .await
         .unwrap();
-    let forwarder = Forwarder::new(kubelet.upstream(), None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
-    let echo = echo_of(send(addr, hostile_post("/a;b/c%20d?x=1&y=%2F")).await).await;
-    assert_clean_echo(&echo, "localhost");
-    kubelet.shutdown().await;
+    let addr = plain_front_to(kubelet.upstream(), false).await;
+    let front = (kubelet, addr);
+    assert_forwarded_clean(&front).await;
+    front.0.shutdown().await;
     let _ = std::fs::remove_dir_all(dir);
 }
 
 #[tokio::test]
 async fn http2_caller_is_forwarded_as_http11() {
-    let kubelet = StandInKubelet::start(None).await.unwrap();
-    let forwarder = Forwarder::new(kubelet.upstream(), None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
-    let tcp = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-            .await
-            .unwrap();
-    tokio::spawn(conn);
+    let (kubelet, addr) = plain_front(false).await;
+    let mut sender = http2_connect(addr).await;
     let req = Request::get("http://proxy.test/stats/summary?only_cpu_and_memory=true")
         .header("te", "trailers")
         .body(Full::<Bytes>::default())
         .unwrap();
-    let resp = timeout(WAIT, sender.send_request(req))
-        .await
-        .unwrap()
-        .unwrap();
+    let resp = send_http2(&mut sender, req).await;
     assert_eq!(resp.status(), StatusCode::OK);
     let stats: Value = serde_json::from_str(&body_text(resp).await).unwrap();
     assert_eq!(stats["node"]["nodeName"], "stand-in");
@@ -376,11 +391,7 @@ async fn http2_caller_is_forwarded_as_http11() {
     let req = Request::get("http://proxy.test/a%2Fb?q")
         .body(Full::<Bytes>::default())
         .unwrap();
-    let resp = timeout(WAIT, sender.send_request(req))
-        .await
-        .unwrap()
-        .unwrap();
-    let echo = echo_of(resp).await;
+    let echo = echo_of(send_http2(&mut sender, req).await).await;
     assert_eq!(echo["version"], "HTTP/1.1");
     assert_eq!(echo["path"], "/a%2Fb");
     assert_eq!(echo["query"], "q");
@@ -392,9 +403,7 @@ async fn http2_caller_is_forwarded_as_http11() {
 
 #[tokio::test]
 async fn followed_log_streams_while_the_kubelet_keeps_writing() {
-    let kubelet = StandInKubelet::start(None).await.unwrap();
-    let forwarder = Forwarder::new(kubelet.upstream(), None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
+    let (_kubelet, addr) = plain_front(false).await;
     let req = get("/containerLogs/default/web-0/web?follow=true")
         .body(Full::default())
         .unwrap();
@@ -435,16 +444,15 @@ async fn echo_through_upgrade(mut resp: Response<Incoming>) {
 
 #[tokio::test]
 async fn websocket_upgrade_is_spliced_both_ways() {
-    let kubelet = StandInKubelet::start(None).await.unwrap();
-    let forwarder = Forwarder::new(kubelet.upstream(), None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
-    let req = get("/exec/default/web-0/web?command=sh&stdin=true")
-        .header(CONNECTION, "Upgrade")
-        .header(UPGRADE, "websocket")
-        .header(SEC_WEBSOCKET_KEY, "dGhlIHNhbXBsZSBub25jZQ==")
-        .header("sec-websocket-version", "13")
-        .body(Full::default())
-        .unwrap();
+    let (_kubelet, addr) = plain_front(false).await;
+    let req = asking_upgrade(
+        get("/exec/default/web-0/web?command=sh&stdin=true"),
+        "websocket",
+    )
+    .header(SEC_WEBSOCKET_KEY, "dGhlIHNhbXBsZSBub25jZQ==")
+    .header("sec-websocket-version", "13")
+    .body(Full::default())
+    .unwrap();
     let resp = send(addr, req).await;
     assert_eq!(resp.headers()[UPGRADE], "websocket");
     assert_eq!(
@@ -457,10 +465,8 @@ async fn websocket_upgrade_is_spliced_both_ways() {
 #[tokio::test]
 async fn spdy_upgrade_over_tls_is_spliced_both_ways() {
     let (_kubelet, addr) = tls_front(true).await;
-    let req = Request::post("/portForward/default/web-0")
-        .header(HOST, "proxy.test")
-        .header(CONNECTION, "Upgrade")
-        .header(UPGRADE, "SPDY/3.1")
+    let post = Request::post("/portForward/default/web-0").header(HOST, "proxy.test");
+    let req = asking_upgrade(post, "SPDY/3.1")
         .header("x-stream-protocol-version", "portforward.k8s.io")
         .body(Full::default())
         .unwrap();
@@ -471,12 +477,8 @@ async fn spdy_upgrade_over_tls_is_spliced_both_ways() {
 
 #[tokio::test]
 async fn upgrade_refused_by_the_kubelet_is_a_normal_response() {
-    let kubelet = StandInKubelet::start(None).await.unwrap();
-    let forwarder = Forwarder::new(kubelet.upstream(), None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
-    let req = get("/healthz")
-        .header(CONNECTION, "Upgrade")
-        .header(UPGRADE, "websocket")
+    let (_kubelet, addr) = plain_front(false).await;
+    let req = asking_upgrade(get("/healthz"), "websocket")
         .body(Full::default())
         .unwrap();
     let resp = send(addr, req).await;
@@ -519,16 +521,13 @@ async fn always_switching_upstream() -> (UpstreamTarget, tokio::sync::mpsc::Rece
 #[tokio::test]
 async fn an_upgrade_anywhere_else_is_stripped_and_never_spliced() {
     let (target, mut heads) = always_switching_upstream().await;
-    let forwarder = Forwarder::new(target, None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
+    let addr = plain_front_to(target, false).await;
     for (path, protocol) in [
         ("/pods", "websocket"),
         ("/run/ns/pod/ctr", "websocket"),
         ("/exec/ns/pod/ctr", "h2c"),
     ] {
-        let req = get(path)
-            .header(CONNECTION, "Upgrade")
-            .header(UPGRADE, protocol)
+        let req = asking_upgrade(get(path), protocol)
             .body(Full::default())
             .unwrap();
         let resp = send(addr, req).await;
@@ -549,35 +548,26 @@ async fn kubelet_down_is_a_prompt_error_and_the_forwarder_recovers() {
     let target = UpstreamTarget::Http {
         authority: refused.to_string().parse().unwrap(),
     };
-    let forwarder = Forwarder::new(target, None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
-    let resp = send(addr, get("/healthz").body(Full::default()).unwrap()).await;
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(body_text(resp).await, "upstream connection failed");
+    let addr = plain_front_to(target, false).await;
+    assert_eq!(
+        get_text(addr, "/healthz").await,
+        bad_gateway("upstream connection failed")
+    );
 
     // Same forwarder, kubelet comes up (on a unix socket, whose address we can choose).
     let dir = unique_dir();
     let sock = dir.join("kubelet.sock");
-    let forwarder = Forwarder::new(
-        UpstreamTarget::Unix { path: sock.clone() },
-        None,
-        None,
-        options(false),
-    )
-    .unwrap();
-    let addr = front(forwarder, alice()).await;
-    let resp = send(addr, get("/healthz").body(Full::default()).unwrap()).await;
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(body_text(resp).await, "upstream connection failed");
+    let addr = plain_front_to(UpstreamTarget::Unix { path: sock.clone() }, false).await;
+    assert_eq!(
+        get_text(addr, "/healthz").await,
+        bad_gateway("upstream connection failed")
+    );
     let kubelet = StandInKubelet::start_unix(&sock).await.unwrap();
-    let resp = send(addr, get("/healthz").body(Full::default()).unwrap()).await;
-    assert_eq!(resp.status(), StatusCode::OK);
-    assert_eq!(body_text(resp).await, "ok");
+    assert_eq!(get_text(addr, "/healthz").await, healthy());
     // And again after the kubelet restarts: stale pooled connections are not an error.
     kubelet.shutdown().await;
     let kubelet = StandInKubelet::start_unix(&sock).await.unwrap();
-    let resp = send(addr, get("/healthz").body(Full::default()).unwrap()).await;
-    assert_eq!(body_text(resp).await, "ok");
+    assert_eq!(get_text(addr, "/healthz").await, healthy());
     drop(kubelet);
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -596,17 +586,16 @@ async fn stalled_tls_handshake_is_a_connect_timeout() {
     };
     let forwarder = Forwarder::new(target, Some(client_tls(ca)), None, options).unwrap();
     let addr = front(forwarder, alice()).await;
-    let resp = send(addr, get("/healthz").body(Full::default()).unwrap()).await;
-    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
-    assert_eq!(body_text(resp).await, "upstream connect timed out");
+    assert_eq!(
+        get_text(addr, "/healthz").await,
+        bad_gateway("upstream connect timed out")
+    );
     drop(silent);
 }
 
 #[tokio::test]
 async fn connect_is_refused_as_unsupported() {
-    let kubelet = StandInKubelet::start(None).await.unwrap();
-    let forwarder = Forwarder::new(kubelet.upstream(), None, None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
+    let (_kubelet, addr) = plain_front(false).await;
     let req = Request::connect("kubelet.test:10250")
         .header(HOST, "kubelet.test:10250")
         .body(Full::default())
@@ -718,8 +707,7 @@ async fn log_lines_already_written_leave_the_server_gathered() {
         .collect();
     let (finish, finished) = std::sync::mpsc::channel();
     let (upstream, ca) = line_by_line_kubelet(&lines, finished);
-    let forwarder = Forwarder::new(upstream, Some(client_tls(ca)), None, options(false)).unwrap();
-    let addr = front(forwarder, alice()).await;
+    let addr = tls_front_to(upstream, ca, false).await;
     let resp = send(
         addr,
         get("/containerLogs/default/web-0/web")

@@ -1,5 +1,6 @@
 //! `--pod-scoped-authz`: the pod-level set comes after the kubelet's own, can only open the pod
-//! named in the path, and never changes what the node-level sets decide.
+//! named in the path, and never changes what the node-level sets decide. Who may do what is
+//! [`crate::test_fixtures::POD_POLICY`]'s.
 
 use std::sync::Arc;
 
@@ -7,72 +8,9 @@ use http::{Method, StatusCode};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 
-use super::tests::{answer, decide_as, user};
+use super::tests::{answer, decide_as};
 use super::*;
-use crate::authz::attributes::AttributeMapping;
-use crate::authz::node::NodeAuthorizer;
-use crate::authz::policy::PolicyAuthorizer;
-use crate::base::reload::Reloadable;
-
-/// alice may exec, attach, port-forward and read logs in pod team-a/web-0 only, and do all of
-/// that to every pod of team-b; ops may create nodes/proxy (every pod, as the kubelet allows).
-const POLICY: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: web-0-debugger, namespace: team-a}
-rules:
-- {apiGroups: [""], resources: [pods/exec, pods/attach, pods/portforward], verbs: [create], resourceNames: [web-0]}
-- {apiGroups: [""], resources: [pods/log], verbs: [get], resourceNames: [web-0]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: alice-web-0, namespace: team-a}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: web-0-debugger}
-subjects: [{kind: User, name: alice}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: pod-debugger}
-rules:
-- {apiGroups: [""], resources: [pods/exec, pods/attach, pods/portforward], verbs: [create]}
-- {apiGroups: [""], resources: [pods/log], verbs: [get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: alice-team-b, namespace: team-b}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-debugger}
-subjects: [{kind: User, name: alice}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: node-exec}
-rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [create, get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: ops-node-exec}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: node-exec}
-subjects: [{kind: User, name: ops}]
-"#;
-
-fn decider(pod_scoped: bool) -> Decider {
-    let policy = Reloadable::load("policy", Vec::new(), |_| {
-        PolicyAuthorizer::from_sources(&[("pods.yaml".into(), POLICY.into())])
-            .map_err(|e| e.to_string())
-    })
-    .expect("the test policy loads");
-    Decider {
-        authorizers: AuthorizerChain::new(vec![
-            Authorizer::Node(NodeAuthorizer::new("node-a".into())),
-            Authorizer::Policy(Arc::new(policy)),
-        ]),
-        mapping: AttributeMapping {
-            pod_scoped,
-            ..AttributeMapping::default()
-        },
-        node_name: Arc::from("node-a"),
-    }
-}
+use crate::test_fixtures::{NODE, pod_decider, user};
 
 /// The label of the set that allowed, or `None` when the request is refused.
 fn allowed_by(decider: &Decider, who: &User, method: &Method, path: &str) -> Option<&'static str> {
@@ -87,7 +25,7 @@ fn allowed_by(decider: &Decider, who: &User, method: &Method, path: &str) -> Opt
 
 #[test]
 fn a_role_opens_its_pod_and_nothing_else() {
-    let on = decider(true);
+    let on = pod_decider(true);
     let alice = user("alice", &[]);
     for (method, path, want) in [
         (
@@ -132,7 +70,7 @@ fn a_role_opens_its_pod_and_nothing_else() {
         );
     }
     // Off (the default), the kubelet's sets alone decide: alice holds no nodes/… permission.
-    let off = decider(false);
+    let off = pod_decider(false);
     assert_eq!(
         allowed_by(&off, &alice, &Method::POST, "/exec/team-a/web-0/nginx"),
         None
@@ -143,7 +81,7 @@ fn a_role_opens_its_pod_and_nothing_else() {
 fn node_level_permission_is_unchanged_and_answered_first() {
     let ops = user("ops", &[]);
     for pod_scoped in [false, true] {
-        let decider = decider(pod_scoped);
+        let decider = pod_decider(pod_scoped);
         assert_eq!(
             allowed_by(&decider, &ops, &Method::POST, "/exec/team-c/any/c"),
             Some("proxy"),
@@ -155,20 +93,25 @@ fn node_level_permission_is_unchanged_and_answered_first() {
         );
     }
     // Allowed at node level, the pod-level set was not asked and nothing was copied for it.
-    let (verdict, _) = decide_as(&decider(true), &ops, &Method::POST, "/exec/team-c/any/c");
+    let (verdict, _) = decide_as(
+        &pod_decider(true),
+        &ops,
+        &Method::POST,
+        "/exec/team-c/any/c",
+    );
     let Verdict::Authorized(judgement) = &verdict else {
         panic!("expected a judgement, got {verdict:?}");
     };
     assert_eq!(judgement.pod, None);
     assert_eq!(
-        verdict.object_ref(&Arc::from("node-a")).map(|o| o.resource),
+        verdict.object_ref(&Arc::from(NODE)).map(|o| o.resource),
         Some("nodes")
     );
     // Another node's identity is held to its node on the pod-level set too.
     let other_node = user("system:node:node-b", &["system:nodes"]);
     assert_eq!(
         allowed_by(
-            &decider(true),
+            &pod_decider(true),
             &other_node,
             &Method::POST,
             "/exec/team-b/x/c"
@@ -179,9 +122,9 @@ fn node_level_permission_is_unchanged_and_answered_first() {
 
 #[test]
 fn the_pod_is_the_audited_object_and_a_refusal_keeps_the_kubelets_body() {
-    let on = decider(true);
+    let on = pod_decider(true);
     let alice = user("alice", &[]);
-    let node: Arc<str> = Arc::from("node-a");
+    let node: Arc<str> = Arc::from(NODE);
     let (allowed, _) = decide_as(&on, &alice, &Method::POST, "/exec/team-a/web-0/nginx");
     assert_eq!(allowed.subresource(), "pods/exec");
     assert_eq!(
@@ -295,7 +238,7 @@ fn any_target() -> impl Strategy<Value = (Method, String)> {
 /// and the path that was authorized is the one forwarded: the raw path's own segments name it.
 #[test]
 fn a_pod_level_grant_never_opens_another_pod() {
-    let on = decider(true);
+    let on = pod_decider(true);
     let alice = user("alice", &[]);
     let mut runner = TestRunner::new(Config {
         cases: 4096,

@@ -9,43 +9,13 @@ use http_body_util::BodyExt;
 
 use super::*;
 use crate::authz::attributes::{AttributeMapping, kubelet_attributes};
-use crate::authz::node::NodeAuthorizer;
-use crate::authz::policy::PolicyAuthorizer;
-use crate::base::reload::Reloadable;
-
-const PROXY_ONLY: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: proxy-reader}
-rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: alice-proxy}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-reader}
-subjects: [{kind: User, name: alice}]
-"#;
-
-pub(super) fn user(name: &str, groups: &[&str]) -> User {
-    User {
-        name: name.into(),
-        groups: groups.iter().map(|g| g.to_string()).collect(),
-        ..User::default()
-    }
-}
+use crate::test_fixtures::{NODE, block_on, decider, monitoring_policy, node_authorizer, user};
 
 fn judge(chain: &AuthorizerChain, user: &User, method: Method, path: &str) -> RequestDecision {
     let attrs = kubelet_attributes(&AttributeMapping::default(), &method, path);
     block_on(authorize_request(
-        chain, &attrs, None, user, "node-a", path, Unobserved,
+        chain, &attrs, None, user, NODE, path, Unobserved,
     ))
-}
-
-pub(super) fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .expect("a current-thread runtime")
-        .block_on(future)
 }
 
 #[test]
@@ -74,10 +44,7 @@ fn always_deny_has_no_opinion_so_a_later_allow_wins() {
 
 #[test]
 fn an_explicit_deny_stops_the_chain_before_a_later_allow() {
-    let chain = AuthorizerChain::new(vec![
-        Authorizer::Node(NodeAuthorizer::new("node-a".into())),
-        Authorizer::AlwaysAllow,
-    ]);
+    let chain = AuthorizerChain::new(vec![node_authorizer(), Authorizer::AlwaysAllow]);
     let other_node = user("system:node:node-b", &["system:nodes"]);
     assert!(matches!(
         judge(&chain, &other_node, Method::GET, "/healthz"),
@@ -92,14 +59,9 @@ fn an_explicit_deny_stops_the_chain_before_a_later_allow() {
 
 #[test]
 fn the_loop_falls_back_to_proxy_and_reports_which_subresource_allowed() {
-    let policy = Reloadable::load("policy", Vec::new(), |_| {
-        PolicyAuthorizer::from_sources(&[("p.yaml".into(), PROXY_ONLY.into())])
-            .map_err(|e| e.to_string())
-    })
-    .expect("policy loads");
-    let chain = AuthorizerChain::new(vec![Authorizer::Policy(Arc::new(policy))]);
-    let alice = user("alice", &[]);
-    match judge(&chain, &alice, Method::GET, "/pods") {
+    let chain = AuthorizerChain::new(vec![monitoring_policy()]);
+    let debugger = user("debugger", &[]);
+    match judge(&chain, &debugger, Method::GET, "/pods") {
         RequestDecision::Allowed {
             subresource,
             authorizer,
@@ -108,28 +70,20 @@ fn the_loop_falls_back_to_proxy_and_reports_which_subresource_allowed() {
             assert_eq!((subresource, authorizer), ("proxy", "Policy"));
             assert_eq!(
                 reason.to_string(),
-                r#"RBAC: allowed by ClusterRoleBinding "alice-proxy" of ClusterRole "proxy-reader" to User "alice""#
+                r#"RBAC: allowed by ClusterRoleBinding "debugger-proxy" of ClusterRole "proxy-reader" to User "debugger""#
             );
         }
         other => panic!("expected Allowed, got {other:?}"),
     }
-    // The exec hardening: a WebSocket GET to /exec needs `create`, which alice lacks.
+    // The exec hardening: a WebSocket GET to /exec needs `create`, which debugger lacks.
     assert!(matches!(
-        judge(&chain, &alice, Method::GET, "/exec/ns/pod/ctr"),
+        judge(&chain, &debugger, Method::GET, "/exec/ns/pod/ctr"),
         RequestDecision::Forbidden { .. }
     ));
     assert!(matches!(
         judge(&chain, &user("bob", &[]), Method::GET, "/pods"),
         RequestDecision::Forbidden { .. }
     ));
-}
-
-fn decider(authorizers: Vec<Authorizer>) -> Decider {
-    Decider {
-        authorizers: AuthorizerChain::new(authorizers),
-        mapping: AttributeMapping::default(),
-        node_name: Arc::from("node-a"),
-    }
 }
 
 /// Decides `target` (path and optional query) for `user`, recording whether authentication ran.
@@ -231,13 +185,9 @@ fn an_unauthenticated_request_is_a_401_without_an_audit_decision() {
 #[test]
 fn judgements_become_the_kubelets_answers_and_audit_annotations() {
     let alice = user("alice", &[]);
-    let allowed = decide_as(
-        &decider(vec![Authorizer::AlwaysAllow]),
-        &alice,
-        &Method::GET,
-        "/pods",
-    )
-    .0;
+    let get_pods_by =
+        |authorizer| decide_as(&decider(vec![authorizer]), &alice, &Method::GET, "/pods").0;
+    let allowed = get_pods_by(Authorizer::AlwaysAllow);
     assert!(allowed.refusal().is_none());
     assert_eq!(
         allowed.audit(),
@@ -245,13 +195,7 @@ fn judgements_become_the_kubelets_answers_and_audit_annotations() {
     );
     assert_eq!(allowed.subresource(), "pods");
 
-    let forbidden = decide_as(
-        &decider(vec![Authorizer::AlwaysDeny]),
-        &alice,
-        &Method::GET,
-        "/pods",
-    )
-    .0;
+    let forbidden = get_pods_by(Authorizer::AlwaysDeny);
     let (status, outcome, body) = answer(&forbidden, &Method::GET);
     assert_eq!(
         (status, outcome),

@@ -427,6 +427,7 @@ kubelet_running_containers{container_state=\"running\"} 1\n";
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_fixtures::{http2_connect, send_http2};
     use http::header::HOST;
     use serde_json::Value;
     use std::sync::atomic::{AtomicU32, Ordering};
@@ -452,6 +453,22 @@ mod tests {
         let tcp = TcpStream::connect(kubelet.addr().unwrap()).await.unwrap();
         let req = Request::get(path)
             .header(HOST, "kubelet")
+            .body(Full::default())
+            .unwrap();
+        send_h1(tcp, req).await
+    }
+
+    /// Sends `request` to `kubelet` on a fresh connection, asking to switch to `protocol`.
+    async fn ask_upgrade(
+        kubelet: &StandInKubelet,
+        request: http::request::Builder,
+        protocol: &str,
+    ) -> Response<Incoming> {
+        let tcp = TcpStream::connect(kubelet.addr().unwrap()).await.unwrap();
+        let req = request
+            .header(HOST, "kubelet")
+            .header(CONNECTION, "Upgrade")
+            .header(UPGRADE, protocol)
             .body(Full::default())
             .unwrap();
         send_h1(tcp, req).await
@@ -526,19 +543,11 @@ mod tests {
             serde_json::json!(["one", "two"])
         );
 
-        let tcp = TcpStream::connect(kubelet.addr().unwrap()).await.unwrap();
-        let (mut sender, conn) =
-            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
+        let mut sender = http2_connect(kubelet.addr().unwrap()).await;
         let req = Request::get("http://kubelet/configz")
             .body(Full::<Bytes>::default())
             .unwrap();
-        let resp = tokio::time::timeout(WAIT, sender.send_request(req))
-            .await
-            .unwrap()
-            .unwrap();
+        let resp = send_http2(&mut sender, req).await;
         let echo: Value = serde_json::from_str(&text(resp).await).unwrap();
         assert_eq!(echo["version"], "HTTP/2.0");
         assert_eq!(echo["path"], "/configz");
@@ -548,14 +557,7 @@ mod tests {
     #[tokio::test]
     async fn exec_upgrade_echoes_and_unknown_protocols_are_not_switched() {
         let kubelet = StandInKubelet::start(None).await.unwrap();
-        let tcp = TcpStream::connect(kubelet.addr().unwrap()).await.unwrap();
-        let req = Request::post("/attach/ns/pod/c")
-            .header(HOST, "kubelet")
-            .header(CONNECTION, "Upgrade")
-            .header(UPGRADE, "SPDY/3.1")
-            .body(Full::default())
-            .unwrap();
-        let mut resp = send_h1(tcp, req).await;
+        let mut resp = ask_upgrade(&kubelet, Request::post("/attach/ns/pod/c"), "SPDY/3.1").await;
         assert_eq!(resp.status(), StatusCode::SWITCHING_PROTOCOLS);
         assert_eq!(resp.headers()[UPGRADE], "SPDY/3.1");
         let upgraded = hyper::upgrade::on(&mut resp).await.unwrap();
@@ -568,14 +570,7 @@ mod tests {
             .unwrap();
         assert_eq!(&back, b"stdin");
 
-        let tcp = TcpStream::connect(kubelet.addr().unwrap()).await.unwrap();
-        let req = Request::get("/exec/ns/pod/c")
-            .header(HOST, "kubelet")
-            .header(CONNECTION, "Upgrade")
-            .header(UPGRADE, "h2c")
-            .body(Full::default())
-            .unwrap();
-        let resp = send_h1(tcp, req).await;
+        let resp = ask_upgrade(&kubelet, Request::get("/exec/ns/pod/c"), "h2c").await;
         assert_eq!(resp.status(), StatusCode::OK);
     }
 

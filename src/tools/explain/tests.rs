@@ -7,104 +7,37 @@ use std::time::Duration;
 use http::Method;
 
 use super::*;
-use crate::apiserver::ApiServerMetrics;
-use crate::apiserver::{ApiServerClient, ApiServerSettings};
+use crate::apiserver::{ApiServerClient, ApiServerMetrics, ApiServerSettings};
+use crate::authz::Authorizer;
 use crate::authz::attributes::AttributeMapping;
 use crate::authz::match_conditions::MatchConditions;
 use crate::authz::metrics::AuthzMetrics;
-use crate::authz::node::NodeAuthorizer;
 use crate::authz::policy::PolicyAuthorizer;
 use crate::authz::webhook::SubjectAccessReviewAuthorizer;
-use crate::authz::{Authorizer, AuthorizerChain};
-use crate::base::reload::Reloadable;
 use crate::config::authorization::{FailurePolicy, WebhookSpec};
-use crate::request::decision::Decider;
+use crate::test_fixtures::{
+    NODE, block_on, decider, monitoring_policy, node_authorizer, pod_decider, user,
+};
 
-const NODE: &str = "node-a";
-
-/// Two bindings for the same group: the first grants stats, the second metrics.
-const POLICY: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: stats-reader}
-rules: [{apiGroups: [""], resources: [nodes/stats], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: metrics-reader}
-rules: [{apiGroups: [""], resources: [nodes/metrics], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: proxy-reader}
-rules: [{apiGroups: [""], resources: [nodes/proxy], verbs: [get]}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: monitoring-stats}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: stats-reader}
-subjects: [{kind: Group, name: monitoring}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: monitoring-metrics}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: metrics-reader}
-subjects: [{kind: Group, name: monitoring}]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: debugger-proxy}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: proxy-reader}
-subjects: [{kind: User, name: debugger}]
-"#;
-
-fn policy(text: &'static str) -> Authorizer {
-    let policy = Reloadable::load("policy", Vec::new(), |_| {
-        PolicyAuthorizer::from_sources(&[("p.yaml".into(), text.into())]).map_err(|e| e.to_string())
-    })
-    .unwrap();
-    Authorizer::Policy(Arc::new(policy))
+/// The Node authorizer, then the monitoring policy: the group `monitoring` has stats through
+/// the first binding and metrics through the second, `debugger` has nodes/proxy.
+fn chain() -> Vec<Authorizer> {
+    vec![node_authorizer(), monitoring_policy()]
 }
 
-fn chain() -> AuthorizerChain {
-    AuthorizerChain::new(vec![
-        Authorizer::Node(NodeAuthorizer::new(NODE.into())),
-        policy(POLICY),
-    ])
+/// What `explain` makes of prom, of the group `monitoring`, asking `GET target` of [`chain`].
+fn prom_gets(target: &str) -> Explanation {
+    run(chain(), &user("prom", &["monitoring"]), Method::GET, target)
 }
 
-fn user(name: &str, groups: &[&str]) -> User {
-    User {
-        name: name.into(),
-        groups: groups.iter().map(|g| (*g).to_owned()).collect(),
-        ..User::default()
-    }
-}
-
-fn run(chain: AuthorizerChain, user: &User, method: Method, target: &str) -> Explanation {
-    let decider = Decider {
-        authorizers: chain,
-        mapping: AttributeMapping::default(),
-        node_name: Arc::from(NODE),
-    };
-    block_on(explain(&decider, &method, target, user))
-}
-
-fn block_on<F: std::future::Future>(future: F) -> F::Output {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(future)
+/// What `explain` makes of `method target` asked by `user` of `authorizers`.
+fn run(authorizers: Vec<Authorizer>, user: &User, method: Method, target: &str) -> Explanation {
+    block_on(explain(&decider(authorizers), &method, target, user))
 }
 
 #[test]
 fn allowed_by_the_second_binding_names_it_and_its_role() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "/metrics",
-    );
+    let e = prom_gets("/metrics");
     assert_eq!(e.exit_status(), EXIT_ALLOWED);
     assert_eq!(e.result.outcome, Outcome::Allowed);
     assert_eq!(e.result.status, None);
@@ -124,12 +57,7 @@ fn allowed_by_the_second_binding_names_it_and_its_role() {
 
 #[test]
 fn denied_with_no_match_gives_the_kubelets_403() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "/pods",
-    );
+    let e = prom_gets("/pods");
     assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
     assert_eq!(e.subresources, ["pods", "proxy"]);
     let tried: Vec<_> = e.attributes.iter().map(|t| t.subresource).collect();
@@ -162,10 +90,7 @@ fn falls_back_to_proxy_after_pods() {
 
 #[test]
 fn node_deny_stops_the_chain_and_later_authorizers_are_not_asked() {
-    let chain = AuthorizerChain::new(vec![
-        Authorizer::Node(NodeAuthorizer::new(NODE.into())),
-        Authorizer::AlwaysAllow,
-    ]);
+    let chain = vec![node_authorizer(), Authorizer::AlwaysAllow];
     let other = user("system:node:node-b", &["system:nodes"]);
     let e = run(chain, &other, Method::GET, "/healthz");
     assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
@@ -183,12 +108,7 @@ fn node_deny_stops_the_chain_and_later_authorizers_are_not_asked() {
 
 #[test]
 fn unclean_path_stops_at_the_redirect_with_the_query_kept() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "//metrics/?x=1",
-    );
+    let e = prom_gets("//metrics/?x=1");
     assert_eq!(e.exit_status(), EXIT_NOT_ALLOWED);
     assert_eq!(
         e.path,
@@ -224,12 +144,7 @@ fn unclean_path_stops_at_the_redirect_with_the_query_kept() {
 
 #[test]
 fn json_document_has_the_documented_shape() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "/pods",
-    );
+    let e = prom_gets("/pods");
     let json: serde_json::Value = serde_json::from_str(&render_json(&e)).unwrap();
     assert_eq!(json["apiVersion"], API_VERSION);
     assert_eq!(json["kind"], "Explanation");
@@ -253,12 +168,7 @@ fn json_document_has_the_documented_shape() {
 
 #[test]
 fn text_shows_each_answer_and_the_exact_body() {
-    let e = run(
-        chain(),
-        &user("prom", &["monitoring"]),
-        Method::GET,
-        "/stats/summary",
-    );
+    let e = prom_gets("/stats/summary");
     let text = render_text(&e);
     assert!(
         text.contains("path:        canonical (/stats/summary)"),
@@ -464,37 +374,16 @@ items:
     );
 }
 
-/// A Role for one pod of team-a and a binding for `dev`.
-const POD_POLICY: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: web-debugger, namespace: team-a}
-rules:
-- {apiGroups: [""], resources: [pods/exec], verbs: [create]}
-- {apiGroups: [""], resources: [nodes/proxy], verbs: [create]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: dev-debug, namespace: team-a}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: web-debugger}
-subjects: [{kind: User, name: dev}]
-"#;
-
+/// [`POD_POLICY`](crate::test_fixtures::POD_POLICY): alice's Role for pod team-a/web-0 also
+/// holds a nodes/proxy rule, which no request can match.
 #[test]
 fn the_pod_level_set_is_shown_after_the_kubelets_own() {
-    let decider = Decider {
-        authorizers: AuthorizerChain::new(vec![policy(POD_POLICY)]),
-        mapping: AttributeMapping {
-            pod_scoped: true,
-            ..AttributeMapping::default()
-        },
-        node_name: Arc::from(NODE),
-    };
+    let alice = user("alice", &[]);
     let e = block_on(explain(
-        &decider,
+        &pod_decider(true),
         &Method::GET,
         "/exec/team-a/web-0/app?command=sh",
-        &user("dev", &[]),
+        &alice,
     ));
     assert!(e.result.allowed);
     let tried: Vec<_> = e.attributes.iter().map(|t| t.subresource).collect();
@@ -527,21 +416,17 @@ fn the_pod_level_set_is_shown_after_the_kubelets_own() {
     assert_eq!(e.warnings.len(), 1, "{:?}", e.warnings);
     assert_eq!(
         e.warnings[0].to_string(),
-        "p.yaml:2: Role \"team-a/web-debugger\" rules[1]: resource \"nodes/proxy\" never \
+        "pods.yaml:2: Role \"team-a/web-0-debugger\" rules[2]: resource \"nodes/proxy\" never \
          matches: the kubelet asks only about pods/log, pods/exec, pods/attach, \
          pods/portforward; this rule can never match a kubelet request"
     );
 
     // Without the flag, no pod-level set, and the Role is named as never applying.
-    let off = Decider {
-        mapping: AttributeMapping::default(),
-        ..decider
-    };
     let e = block_on(explain(
-        &off,
+        &pod_decider(false),
         &Method::GET,
         "/exec/team-a/web-0/app",
-        &user("dev", &[]),
+        &alice,
     ));
     assert!(!e.result.allowed);
     assert!(e.pod_attributes.is_none());
@@ -555,7 +440,7 @@ fn the_pod_level_set_is_shown_after_the_kubelets_own() {
     assert!(
         e.warnings[0]
             .to_string()
-            .contains("Role \"team-a/web-debugger\" rules[0]: a Role is asked about only by the pod-level attributes of --pod-scoped-authz, which is off"),
+            .contains("Role \"team-a/web-0-debugger\" rules[0]: a Role is asked about only by the pod-level attributes of --pod-scoped-authz, which is off"),
         "{}",
         e.warnings[0]
     );
@@ -635,7 +520,7 @@ fn webhook(conditions: &[&str], failure_policy: FailurePolicy) -> Authorizer {
 
 #[test]
 fn a_false_match_condition_skips_the_webhook_and_shows_each_result() {
-    let chain = AuthorizerChain::new(vec![
+    let chain = vec![
         webhook(
             &[
                 "request.user != ''",
@@ -645,7 +530,7 @@ fn a_false_match_condition_skips_the_webhook_and_shows_each_result() {
             FailurePolicy::Deny,
         ),
         Authorizer::AlwaysAllow,
-    ]);
+    ];
     let node = user("system:node:node-a", &["system:nodes"]);
     let e = run(chain, &node, Method::GET, "/healthz");
     assert_eq!(e.exit_status(), EXIT_ALLOWED);
@@ -701,10 +586,10 @@ fn a_match_condition_error_follows_the_failure_policy() {
     let alice = user("alice", &[]);
 
     // Deny: the chain stops at the error; the proxy's 500.
-    let chain = AuthorizerChain::new(vec![
+    let chain = vec![
         webhook(&[error, "true"], FailurePolicy::Deny),
         Authorizer::AlwaysAllow,
-    ]);
+    ];
     let e = run(chain, &alice, Method::GET, "/healthz");
     assert_eq!(e.exit_status(), EXIT_ERROR);
     assert_eq!(e.result.status, Some(500));
@@ -734,10 +619,10 @@ fn a_match_condition_error_follows_the_failure_policy() {
     }
 
     // NoOpinion: the error is kept while the next authorizer decides; it allows.
-    let chain = AuthorizerChain::new(vec![
+    let chain = vec![
         webhook(&[error], FailurePolicy::NoOpinion),
         Authorizer::AlwaysAllow,
-    ]);
+    ];
     let e = run(chain, &alice, Method::GET, "/healthz");
     assert_eq!(e.exit_status(), EXIT_ALLOWED);
     assert_eq!(e.attributes[0].answers[0].answer, Answer::Error);

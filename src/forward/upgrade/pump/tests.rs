@@ -89,25 +89,24 @@ async fn what_is_readable_leaves_in_full_records() {
     );
 }
 
+/// Writes `key` into `from` and reads it from `to`, failing when it takes five seconds: with the
+/// clock paused, a pump that waited for more data would let them run out.
+async fn passes_at_once(from: &mut DuplexStream, to: &mut DuplexStream, key: u8) {
+    from.write_all(&[key]).await.unwrap();
+    let mut byte = [0u8; 1];
+    tokio::time::timeout(Duration::from_secs(5), to.read_exact(&mut byte))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(byte, [key]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_keystroke_leaves_at_once_both_ways() {
     let (mut caller, mut kubelet, mut caller_peer, mut kubelet_peer) = session(4096);
     let copy = tokio::spawn(async move { both_ways(&mut caller, &mut kubelet).await });
-    // The clock is paused: a pump that waited for more data would let it run out.
-    let within = Duration::from_secs(5);
-    let mut byte = [0u8; 1];
-    caller_peer.write_all(b"l").await.unwrap();
-    tokio::time::timeout(within, kubelet_peer.read_exact(&mut byte))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(&byte, b"l");
-    kubelet_peer.write_all(b"$").await.unwrap();
-    tokio::time::timeout(within, caller_peer.read_exact(&mut byte))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(&byte, b"$");
+    passes_at_once(&mut caller_peer, &mut kubelet_peer, b'l').await;
+    passes_at_once(&mut kubelet_peer, &mut caller_peer, b'$').await;
     drop(caller_peer);
     drop(kubelet_peer);
     assert_eq!(copy.await.unwrap().unwrap(), (1, 1));
