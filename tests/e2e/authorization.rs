@@ -318,12 +318,13 @@ async fn kubelet_attribute_vectors_show_in_403_bodies() {
         if selected.is_empty() {
             continue;
         }
-        let mut args = vec![
+        let h = ProxySpec::new(&[
             "--authorization-mode=AlwaysDeny",
             "--exec-requires-create=false",
-        ];
-        args.extend(flags);
-        let h = ProxySpec::new(&args).start().await;
+        ])
+        .args(&flags)
+        .start()
+        .await;
         let alice = h.http1_user("alice");
         for row in selected {
             let expected = forbidden_body("alice", &row.verb, &row.subresources.join(" "));

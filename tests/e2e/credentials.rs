@@ -132,10 +132,7 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
     let credentials = KubeletCredentials::new(&api, &first);
     let h = proxy(&credentials.kubeconfig).await;
 
-    assert_eq!(
-        h.anonymous().get_with_token("/pods", "tok-1").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.bearer_get("/pods", "tok-1").await.status, StatusCode::OK);
     assert_eq!(last_serial(&api), serial_of(&first.chain[0]));
 
     let second = api.ca().issue(&CertSpec::client(NODE_IDENTITY));
@@ -145,10 +142,7 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
     })
     .await;
     // A new token: its review is not answered from the cache.
-    assert_eq!(
-        h.anonymous().get_with_token("/pods", "tok-2").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.bearer_get("/pods", "tok-2").await.status, StatusCode::OK);
     assert_eq!(last_serial(&api), serial_of(&second.chain[0]));
 
     // A rotation caught half-written keeps the certificate in force.
@@ -160,10 +154,7 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
         (reloads(&h, "failed").await >= 1.0).then_some(())
     })
     .await;
-    assert_eq!(
-        h.anonymous().get_with_token("/pods", "tok-3").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.bearer_get("/pods", "tok-3").await.status, StatusCode::OK);
     assert_eq!(last_serial(&api), serial_of(&second.chain[0]));
 }
 

@@ -53,9 +53,11 @@ async fn proxy(api: &ApiServer, modes: &str, extra: &[&str]) -> Harness {
 /// [`proxy`], returned at once.
 async fn unsynced_proxy(api: &ApiServer, modes: &str, extra: &[&str]) -> Harness {
     let mode = format!("--authorization-mode={modes}");
-    let mut args = vec![mode.as_str(), "--rbac-start-jitter=0s"];
-    args.extend_from_slice(extra);
-    ProxySpec::new(&args).apiserver(api).start().await
+    ProxySpec::new(&[&mode, "--rbac-start-jitter=0s"])
+        .args(extra)
+        .apiserver(api)
+        .start()
+        .await
 }
 
 /// Waits until `/readyz` answers 200: the RBAC authorizer's first lists are in force.
@@ -235,13 +237,7 @@ async fn role_bindings_grant_pod_subresources_with_pod_scoped_authz() {
 #[tokio::test]
 async fn until_the_first_list_the_mode_has_no_opinion_and_readyz_waits() {
     let api = ApiServer::start().await;
-    api.set_rules(|r| {
-        if r.user == "alice" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
+    api.set_rules(|r| Verdict::allow_when(r.user == "alice"));
     api.apply_rbac(cluster_role("kubelet-stats", &["nodes/stats"], json!({})));
     api.apply_rbac(cluster_role_binding(
         "alice-stats",

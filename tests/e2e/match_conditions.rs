@@ -234,12 +234,12 @@ async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
     // AlwaysAllow after it (the kubelet's 500) and no review is sent.
     let dir = TempDir::new("match-conditions-cost-deny");
     let h = start(&dir, "Deny", "strict").await;
-    let reply = h.anonymous().get_with_token("/pods", "many-groups").await;
+    let reply = h.bearer_get("/pods", "many-groups").await;
     assert_authorization_error(&reply, "dave", "get", "pods");
     assert_eq!(api.access_reviews(), Vec::<Value>::new());
     assert_eq!(h.metric(ERRORS, &[("name", "strict")]).await, 1.0);
     // A user with few groups costs little: the condition is true and the webhook allows.
-    let reply = h.anonymous().get_with_token("/pods", "few-groups").await;
+    let reply = h.bearer_get("/pods", "few-groups").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(api.access_reviews().len(), 1);
     assert_eq!(api.access_reviews()[0]["user"], "erin");
@@ -247,7 +247,7 @@ async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
     // NoOpinion: the error is set aside and the AlwaysAllow after it decides.
     let dir = TempDir::new("match-conditions-cost-no-opinion");
     let h = start(&dir, "NoOpinion", "lenient").await;
-    let reply = h.anonymous().get_with_token("/pods", "many-groups").await;
+    let reply = h.bearer_get("/pods", "many-groups").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(api.access_reviews().len(), 1, "no review for dave");
     assert_eq!(h.metric(ERRORS, &[("name", "lenient")]).await, 1.0);

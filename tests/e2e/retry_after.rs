@@ -94,7 +94,7 @@ async fn a_hold_longer_than_a_review_may_wait_fails_closed_without_calling() {
         reply.text()
     );
     // During the hold: a TokenReview is not made either, and the caller gets the kubelet's 401.
-    let reply = h.anonymous().get_with_token("/pods", "tok").await;
+    let reply = h.bearer_get("/pods", "tok").await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert_eq!(api.calls().len(), 1, "{:?}", api.calls());
     assert_eq!(

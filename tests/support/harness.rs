@@ -86,9 +86,13 @@ impl ProxySpec {
     /// [`ProxySpec::new`] with `--authorization-mode=AlwaysAllow` first: the set-up of every
     /// scenario about something other than who may do what.
     pub fn always_allow(args: &[&str]) -> ProxySpec {
-        let mut spec = ProxySpec::new(&["--authorization-mode=AlwaysAllow"]);
-        spec.args.extend(args.iter().map(|a| (*a).to_owned()));
-        spec
+        ProxySpec::new(&["--authorization-mode=AlwaysAllow"]).args(args)
+    }
+
+    /// Adds `args` after the flags given so far: a scenario's own flags on top of a helper's.
+    pub fn args(mut self, args: &[&str]) -> ProxySpec {
+        self.args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
     }
 
     /// Reaches the stand-in kubelet this way.
@@ -337,6 +341,12 @@ impl Harness {
     /// A client without a certificate.
     pub fn anonymous(&self) -> Client {
         self.client(Identity::None)
+    }
+
+    /// `GET target` with `token` as a bearer token and no client certificate: a caller known by
+    /// its token alone.
+    pub async fn bearer_get(&self, target: &str, token: &str) -> Reply {
+        self.anonymous().get_with_token(target, token).await
     }
 
     /// A client with a valid certificate for `name` in `groups`.

@@ -415,11 +415,7 @@ async fn kube_client_reads_the_kubeconfigs_and_speaks_the_wire_format() {
     let api = ApiServer::start().await;
     api.add_token("tok", TokenUser::new("bob").groups(&["g1"]));
     api.set_rules(|review| {
-        if review.user == PROXY_IDENTITY && review.subresource == "proxy" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
+        Verdict::allow_when(review.user == PROXY_IDENTITY && review.subresource == "proxy")
     });
     for flavour in [Flavour::ClientCertificate, Flavour::Token] {
         let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig(flavour)).unwrap();
