@@ -49,18 +49,28 @@ pub const POLL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Calls `check` every 20 ms until it returns `Some`, for at most [`POLL_TIMEOUT`], panicking
 /// with `what` when it never does.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + POLL_TIMEOUT;
+    eventually_within(POLL_TIMEOUT, what, check).await
+}
+
+/// [`eventually`] with another bound, for an effect that takes longer than [`POLL_TIMEOUT`]
+/// (a real API server's watch on a shared machine).
+pub async fn eventually_within<T, F, Fut>(bound: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + bound;
     loop {
         if let Some(value) = check().await {
             return value;
         }
         if tokio::time::Instant::now() > deadline {
-            panic!("not within {POLL_TIMEOUT:?}: {what}");
+            panic!("not within {bound:?}: {what}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
