@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::answers::assert_forbidden;
 use crate::support::apiserver::{ApiServer, RbacKind, Verdict};
+use crate::support::assert_contains;
 use crate::support::client::{empty, request};
 use crate::support::eventually;
 use crate::support::harness::{Harness, ProxySpec};
@@ -247,7 +248,7 @@ async fn until_the_first_list_the_mode_has_no_opinion_and_readyz_waits() {
 
     let ready = h.admin_get("/readyz").await;
     assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(ready.text().contains("RBAC"), "{}", ready.text());
+    assert_contains(&ready.text(), "RBAC");
     // Meanwhile the Webhook decides.
     assert_eq!(
         h.user("alice", &[]).get("/stats/summary").await.status,

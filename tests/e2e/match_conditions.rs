@@ -297,7 +297,7 @@ async fn explain_shows_each_condition_and_whether_the_webhook_was_called() {
         ],
     )
     .await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    done.assert_code(0);
     let e: Value = serde_json::from_str(&done.stdout).unwrap();
     let condition = |result: &str| json!({"expression": ONLY_NODES_PROXY, "result": result});
     let pods = &e["attributes"][0]["answers"][0];
@@ -337,7 +337,7 @@ async fn explain_shows_each_condition_and_whether_the_webhook_was_called() {
         ],
     )
     .await;
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    done.assert_code(1);
     for line in [
         format!("      condition false         {NOT_NODES}\n"),
         format!("      condition not evaluated {ONLY_NODES_PROXY}\n"),

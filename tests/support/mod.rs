@@ -43,6 +43,12 @@ pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
     }
 }
 
+/// Asserts that `text` contains `part`, showing all of `text` when it does not.
+#[track_caller]
+pub fn assert_contains(text: &str, part: &str) {
+    assert!(text.contains(part), "{part:?} not in:\n{text}");
+}
+
 /// How long a scenario waits for an effect that follows a change it made (a file reloaded, a
 /// readiness change): the effect is polled for, never slept for.
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(10);

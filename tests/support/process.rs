@@ -36,6 +36,14 @@ pub struct Finished {
     pub stderr: String,
 }
 
+impl Finished {
+    /// Asserts that the run exited with `code`, showing its stderr when it did not.
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) {
+        assert_eq!(self.status.code(), Some(code), "{}", self.stderr);
+    }
+}
+
 /// Runs the binary with `args` to completion (killed, and the test failed, after
 /// [`STEP_TIMEOUT`]).
 pub async fn run(dir: &TempDir, name: &str, args: &[String]) -> Finished {
