@@ -94,6 +94,35 @@ fn review(name: &str, groups: &[&str], subresource: &str, leaf: &[u8]) -> Value 
     })
 }
 
+/// Sends `GET path` as the x509 user `name` in `groups`: answered 200, and the stand-in has then
+/// received `reviews` reviews, the last exactly the kubelet's for `get nodes/<subresource>`.
+async fn assert_reviewed(
+    h: &Harness,
+    api: &ApiServer,
+    (name, groups): (&str, &[&str]),
+    path: &str,
+    subresource: &str,
+    reviews: usize,
+) {
+    let spec = groups
+        .iter()
+        .fold(CertSpec::client(name), |spec, group| spec.org(group));
+    let cert = h.ca.issue(&spec);
+    let reply = h.client(Identity::of(&cert)).get(path).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let received = api.access_reviews();
+    assert_eq!(received.len(), reviews, "{received:?}");
+    assert_eq!(
+        received[reviews - 1],
+        review(name, groups, subresource, cert.leaf())
+    );
+}
+
+/// `webhook` followed by an AlwaysAllow authorizer.
+fn then_allow(webhook: String) -> String {
+    format!("{webhook}  - {{type: AlwaysAllow, name: allow}}\n")
+}
+
 #[tokio::test]
 async fn the_nodes_never_reach_the_webhook_and_others_only_for_nodes_proxy() {
     let api = ApiServer::start().await;
@@ -119,26 +148,13 @@ async fn the_nodes_never_reach_the_webhook_and_others_only_for_nodes_proxy() {
 
     // Anyone else: nodes/pods is skipped (not proxy), then the nodes/proxy fallback is reviewed,
     // with exactly the kubelet's body; the stand-in allows.
-    let alice = h.ca.issue(&CertSpec::client("alice").org("team-a"));
-    let reply = h.client(Identity::of(&alice)).get("/pods").await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-    assert_eq!(
-        api.access_reviews(),
-        vec![review("alice", &["team-a"], "proxy", alice.leaf())]
-    );
+    let alice = ("alice", &["team-a"][..]);
+    assert_reviewed(&h, &api, alice, "/pods", "proxy", 1).await;
     assert_eq!(h.metric(EXCLUSIONS, &[("name", "apiserver")]).await, 3.0);
 
     // Asked about nodes/proxy directly: reviewed once, nothing skipped.
-    let reply = h
-        .client(Identity::of(&alice))
-        .get("/containerLogs/default/web-0/app")
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-    assert_eq!(api.access_reviews().len(), 2);
-    assert_eq!(
-        api.access_reviews()[1],
-        review("alice", &["team-a"], "proxy", alice.leaf())
-    );
+    let logs = "/containerLogs/default/web-0/app";
+    assert_reviewed(&h, &api, alice, logs, "proxy", 2).await;
     assert_eq!(h.metric(EXCLUSIONS, &[("name", "apiserver")]).await, 3.0);
     assert_eq!(h.metric(ERRORS, &[("name", "apiserver")]).await, 0.0);
 }
@@ -157,10 +173,7 @@ async fn an_evaluation_error_follows_the_failure_policy() {
     let dir = TempDir::new("match-conditions-deny");
     let h = proxy(
         &dir,
-        &format!(
-            "{}  - {{type: AlwaysAllow, name: allow}}\n",
-            webhook(&api, "strict", "Deny", &[SECOND_GROUP, "true"])
-        ),
+        &then_allow(webhook(&api, "strict", "Deny", &[SECOND_GROUP, "true"])),
     )
     .await;
     let reply = h.user("bob", &[]).get("/pods").await;
@@ -169,22 +182,13 @@ async fn an_evaluation_error_follows_the_failure_policy() {
     assert_eq!(h.metric(ERRORS, &[("name", "strict")]).await, 1.0);
     assert_eq!(h.metric(EXCLUSIONS, &[("name", "strict")]).await, 0.0);
     // A caller for whom every condition is true is reviewed as usual.
-    let carol = h.ca.issue(&CertSpec::client("carol").org("ops"));
-    let reply = h.client(Identity::of(&carol)).get("/pods").await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-    assert_eq!(
-        api.access_reviews(),
-        vec![review("carol", &["ops"], "pods", carol.leaf())]
-    );
+    assert_reviewed(&h, &api, ("carol", &["ops"]), "/pods", "pods", 1).await;
 
     // NoOpinion: the error is set aside and the next authorizer decides; it allows.
     let dir = TempDir::new("match-conditions-no-opinion");
     let h = proxy(
         &dir,
-        &format!(
-            "{}  - {{type: AlwaysAllow, name: allow}}\n",
-            webhook(&api, "lenient", "NoOpinion", &[SECOND_GROUP])
-        ),
+        &then_allow(webhook(&api, "lenient", "NoOpinion", &[SECOND_GROUP])),
     )
     .await;
     let reply = h.user("bob", &[]).get("/pods").await;
@@ -217,10 +221,7 @@ async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
     let start = |dir: &TempDir, failure_policy: &str, name: &str| {
         let config = authorization_config(
             dir,
-            &format!(
-                "{}  - {{type: AlwaysAllow, name: allow}}\n",
-                webhook(&api, name, failure_policy, &[DENY_LIST])
-            ),
+            &then_allow(webhook(&api, name, failure_policy, &[DENY_LIST])),
         );
         ProxySpec::new(&[
             "--authentication-token-webhook",
@@ -376,13 +377,7 @@ async fn the_documented_example_reviews_only_nodes_proxy() {
         .start()
         .await;
 
-    let alice = h.ca.issue(&CertSpec::client("alice"));
-    let reply = h.client(Identity::of(&alice)).get("/pods").await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-    assert_eq!(
-        api.access_reviews(),
-        vec![review("alice", &[], "proxy", alice.leaf())]
-    );
+    assert_reviewed(&h, &api, ("alice", &[]), "/pods", "proxy", 1).await;
     // Node identities are never reviewed: another node's is denied by Node, this node's own is
     // skipped by the webhook and, with nothing else in the chain, refused.
     for node in [
