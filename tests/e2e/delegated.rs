@@ -838,8 +838,7 @@ async fn service_unavailable_without_retry_after_is_final() {
 
 #[tokio::test]
 async fn access_review_retries_s5_s6() {
-    let mut api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let mut api = ApiServer::start_allowing().await;
     let h = webhook_proxy(&api, &[]).await;
     let alice = h.user("alice", &[]);
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::manifests::{file, read};
 use crate::support::TempDir;
 use crate::support::answers::assert_authorization_error;
-use crate::support::apiserver::{ApiServer, Flavour, TokenUser, Verdict};
+use crate::support::apiserver::{ApiServer, Flavour, TokenUser};
 use crate::support::client::Identity;
 use crate::support::harness::{Harness, NODE_NAME, ProxySpec};
 use crate::support::pki::{CertSpec, sha256_hex};
@@ -125,8 +125,7 @@ fn then_allow(webhook: String) -> String {
 
 #[tokio::test]
 async fn the_nodes_never_reach_the_webhook_and_others_only_for_nodes_proxy() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let dir = TempDir::new("match-conditions");
     let h = proxy(
         &dir,
@@ -165,8 +164,7 @@ const SECOND_GROUP: &str = "request.groups[1] == 'system:authenticated'";
 
 #[tokio::test]
 async fn an_evaluation_error_follows_the_failure_policy() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
 
     // Deny: the chain stops at the error, before the AlwaysAllow after it, with the kubelet's 500;
     // nothing is sent to the webhook.
@@ -212,8 +210,7 @@ fn many_groups() -> Vec<String> {
 
 #[tokio::test]
 async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let groups = many_groups();
     let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
     api.add_token("many-groups", TokenUser::new("dave").groups(&groups));
@@ -277,8 +274,7 @@ async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
 
 #[tokio::test]
 async fn explain_shows_each_condition_and_whether_the_webhook_was_called() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let dir = TempDir::new("match-conditions-explain");
     let config = authorization_config(
         &dir,
@@ -363,8 +359,7 @@ async fn the_documented_example_reviews_only_nodes_proxy() {
         .expect("OPERATIONS.md has an AuthorizationConfiguration example");
     let block = &doc[start..];
     let example = &block[..block.find("```").unwrap()];
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
     let example = example.replace(
         "/etc/kubelet-auth-proxy/kubeconfig",

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Fault, Kind, Target, TokenUser, Verdict};
+use crate::support::apiserver::{ApiServer, Fault, Kind, Target, TokenUser};
 use crate::support::harness::{Harness, ProxySpec};
 
 /// The 429s' `Retry-After`.
@@ -15,8 +15,7 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// The stand-in, allowing every review, and a proxy in mode Webhook with `args` asking it.
 async fn webhook_proxy(args: &[&str]) -> (ApiServer, Harness) {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let h = ProxySpec::new(&["--authorization-mode=Webhook"])
         .args(args)
         .apiserver(&api)
