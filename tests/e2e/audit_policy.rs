@@ -142,18 +142,9 @@ fn command_line(dir: &TempDir, audit: &[String]) -> Vec<String> {
     let mut args = vec![
         "check-config".to_owned(),
         "--upstream=http://127.0.0.1:1".to_owned(),
-        format!(
-            "--tls-cert-file={}",
-            dir.write("serving.crt", serving.chain_pem()).display()
-        ),
-        format!(
-            "--tls-private-key-file={}",
-            dir.write("serving.key", serving.key_pem()).display()
-        ),
-        format!(
-            "--client-ca-file={}",
-            dir.write("ca.crt", ca.pem()).display()
-        ),
+        dir.flag("--tls-cert-file", "serving.crt", serving.chain_pem()),
+        dir.flag("--tls-private-key-file", "serving.key", serving.key_pem()),
+        dir.flag("--client-ca-file", "ca.crt", ca.pem()),
         "--authorization-mode=AlwaysAllow".to_owned(),
         "--node-name=node-a".to_owned(),
         format!(

@@ -182,10 +182,7 @@ impl ProxySpec {
             let bundle = std::iter::once(ca.pem())
                 .chain(self.extra_client_cas)
                 .collect::<String>();
-            args.push(format!(
-                "--client-ca-file={}",
-                dir.write(CLIENT_CA_FILE, bundle).display()
-            ));
+            args.push(dir.flag("--client-ca-file", CLIENT_CA_FILE, bundle));
         }
         if matches!(
             self.upstream,
@@ -199,22 +196,19 @@ impl ProxySpec {
             })
         {
             let identity = ca.issue(&CertSpec::client("kubelet-auth-proxy"));
-            args.push(format!(
-                "--upstream-client-cert-file={}",
-                dir.write("upstream-client.crt", identity.chain_pem())
-                    .display()
+            args.push(dir.flag(
+                "--upstream-client-cert-file",
+                "upstream-client.crt",
+                identity.chain_pem(),
             ));
-            args.push(format!(
-                "--upstream-client-key-file={}",
-                dir.write("upstream-client.key", identity.key_pem())
-                    .display()
+            args.push(dir.flag(
+                "--upstream-client-key-file",
+                "upstream-client.key",
+                identity.key_pem(),
             ));
         }
         if let Some(policy) = &self.policy {
-            args.push(format!(
-                "--authorization-policy-file={}",
-                dir.write(POLICY_FILE, policy).display()
-            ));
+            args.push(dir.flag("--authorization-policy-file", POLICY_FILE, policy));
         }
         if let Some(kubeconfig) = &self.kubeconfig {
             args.push(format!("--kubeconfig={}", kubeconfig.display()));

@@ -108,6 +108,12 @@ impl TempDir {
         std::fs::write(&path, contents).unwrap();
         path
     }
+
+    /// Writes `contents` to `name` inside the directory and returns `<flag>=<path>`: a flag
+    /// naming a file the scenario wrote.
+    pub fn flag(&self, flag: &str, name: &str, contents: impl AsRef<[u8]>) -> String {
+        format!("{flag}={}", self.write(name, contents).display())
+    }
 }
 
 impl Drop for TempDir {

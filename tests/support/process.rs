@@ -312,14 +312,8 @@ fn serving_addresses_text(log: &str) -> Option<(SocketAddr, SocketAddr)> {
 /// `--tls-cert-file` and `--tls-private-key-file` naming them.
 pub fn serving_flags(dir: &TempDir, serving: &Issued) -> [String; 2] {
     [
-        format!(
-            "--tls-cert-file={}",
-            dir.write("tls.crt", serving.chain_pem()).display()
-        ),
-        format!(
-            "--tls-private-key-file={}",
-            dir.write("tls.key", serving.key_pem()).display()
-        ),
+        dir.flag("--tls-cert-file", "tls.crt", serving.chain_pem()),
+        dir.flag("--tls-private-key-file", "tls.key", serving.key_pem()),
     ]
 }
 
