@@ -241,6 +241,21 @@ impl Connector {
         .await
     }
 
+    /// What a well-behaved client meets: `GET path` on a new connection, as the `probe` figure
+    /// of a run (the status, or the error, and the milliseconds it took).
+    async fn probe(&self, path: &str) -> serde_json::Value {
+        let started = Instant::now();
+        let status = match self.open().await {
+            Ok(mut sender) => get(&mut sender, path, None)
+                .await
+                .map(|s| s.as_u16().to_string())
+                .unwrap_or_else(|e| format!("error: {e:#}")),
+            Err(e) => format!("error: {e:#}"),
+        };
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        serde_json::json!({ "status": status, "ms": ms })
+    }
+
     /// A TLS connection on which nothing is sent.
     async fn open_tls(&self) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {
         let opening = async {
@@ -457,15 +472,7 @@ pub async fn silent(args: SilentArgs) -> anyhow::Result<()> {
     let all_open = started.elapsed();
     let at_peak = args.pid.map(process_figures);
     // A well-behaved client while the silent ones are open (or being closed).
-    let probe = Instant::now();
-    let probe_status = match connector.open().await {
-        Ok(mut sender) => get(&mut sender, &args.target.path, None)
-            .await
-            .map(|s| s.as_u16().to_string())
-            .unwrap_or_else(|e| format!("error: {e:#}")),
-        Err(e) => format!("error: {e:#}"),
-    };
-    let probe_ms = probe.elapsed().as_secs_f64() * 1000.0;
+    let probe = connector.probe(&args.target.path).await;
     let mut closed_after = Vec::with_capacity(args.count);
     let mut failed = 0usize;
     while let Some(joined) = connections.join_next().await {
@@ -491,7 +498,7 @@ pub async fn silent(args: SilentArgs) -> anyhow::Result<()> {
         "closed_by_proxy_after_seconds": {
             "p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)
         },
-        "probe": { "status": probe_status, "ms": probe_ms },
+        "probe": probe,
         "proxy_at_peak": at_peak,
         "proxy_after": after,
     });
@@ -555,18 +562,11 @@ pub async fn stalled(args: StalledArgs) -> anyhow::Result<()> {
         senders.push(sender);
     }
     let at_peak = args.pid.map(process_figures);
-    let probe = Instant::now();
-    let probe_status = match connector.open().await {
-        Ok(mut sender) => get(&mut sender, &args.target.path, None)
-            .await
-            .map(|s| s.as_u16().to_string())
-            .unwrap_or_else(|e| format!("error: {e:#}")),
-        Err(e) => format!("error: {e:#}"),
-    };
+    let probe = connector.probe(&args.target.path).await;
     let line = serde_json::json!({
         "streams": args.connections * args.streams,
         "statuses": statuses,
-        "probe": { "status": probe_status, "ms": probe.elapsed().as_secs_f64() * 1000.0 },
+        "probe": probe,
         "proxy_while_held": at_peak,
     });
     println!("{line}");

@@ -8,7 +8,7 @@ use std::io::BufRead as _;
 
 use tokio::sync::mpsc;
 
-use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, Target, TokenUser, Verdict};
+use crate::support::apiserver::{ApiServer, Fault, Flavour, Kind, Target, TokenUser};
 
 /// The token of the warm-cache load (case b).
 pub const WARM_TOKEN: &str = "bench-warm-token";
@@ -31,8 +31,7 @@ pub struct Args {
 /// Starts the stand-in, prints `kubeconfig <path>` and `warm-token <token>`, then answers each `counts` line on stdin with
 /// `{"tokenReviews":N,"subjectAccessReviews":M}` (reviews received so far) until stdin closes.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     api.inject(
         Target::Both,
         Fault::Slow(Duration::from_millis(args.delay_ms)),

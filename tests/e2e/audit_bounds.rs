@@ -239,12 +239,10 @@ async fn an_exec_by_a_user_with_451_groups_is_audited_with_its_groups_cut() {
 /// The proxy writing its audit log to /dev/full (every write fails with ENOSPC: a full disk),
 /// with `extra` flags, once a failed write has been noticed; and alice, over HTTP/1.1.
 async fn unauditable(extra: &[&str]) -> (Harness, Client) {
-    let mut args = vec![
-        "--authorization-mode=AlwaysAllow",
-        "--audit-log-path=/dev/full",
-    ];
-    args.extend_from_slice(extra);
-    let h = ProxySpec::new(&args).start().await;
+    let h = ProxySpec::always_allow(&["--audit-log-path=/dev/full"])
+        .args(extra)
+        .start()
+        .await;
     let alice = h.http1_user("alice");
     // A plain request is served; its event is lost and counted.
     assert_eq!(alice.get("/pods").await.status, StatusCode::OK);

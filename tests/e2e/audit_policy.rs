@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use http::StatusCode;
 use serde_json::Value;
 
+use crate::support::assert_contains;
 use crate::support::harness::ProxySpec;
 use crate::support::pki::{Authority, CertSpec};
 use crate::support::process::run;
@@ -141,18 +142,9 @@ fn command_line(dir: &TempDir, audit: &[String]) -> Vec<String> {
     let mut args = vec![
         "check-config".to_owned(),
         "--upstream=http://127.0.0.1:1".to_owned(),
-        format!(
-            "--tls-cert-file={}",
-            dir.write("serving.crt", serving.chain_pem()).display()
-        ),
-        format!(
-            "--tls-private-key-file={}",
-            dir.write("serving.key", serving.key_pem()).display()
-        ),
-        format!(
-            "--client-ca-file={}",
-            dir.write("ca.crt", ca.pem()).display()
-        ),
+        dir.flag("--tls-cert-file", "serving.crt", serving.chain_pem()),
+        dir.flag("--tls-private-key-file", "serving.key", serving.key_pem()),
+        dir.flag("--client-ca-file", "ca.crt", ca.pem()),
         "--authorization-mode=AlwaysAllow".to_owned(),
         "--node-name=node-a".to_owned(),
         format!(
@@ -179,7 +171,7 @@ async fn check_config_reads_the_policy_refuses_body_levels_and_warns_about_acts(
     // The shipped example loads, with nothing to warn about.
     let args = command_line(&dir, &[policy_flag(&shipped_policy())]);
     let done = run(&dir, "shipped", &args).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    done.assert_code(0);
     assert!(
         !done.stderr.contains("--audit-policy-file"),
         "{}",
@@ -192,24 +184,21 @@ async fn check_config_reads_the_policy_refuses_body_levels_and_warns_about_acts(
         "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: None\n  users: [a]\n- level: RequestResponse\n",
     );
     let done = run(&dir, "body", &command_line(&dir, &[policy_flag(&body)])).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     let expected = format!(
         "--audit-policy-file {}: rules[1].level: RequestResponse records request bodies",
         body.display()
     );
-    assert!(done.stderr.contains(&expected), "{}", done.stderr);
-    assert!(done.stderr.contains("use Metadata"), "{}", done.stderr);
+    assert_contains(&done.stderr, &expected);
+    assert_contains(&done.stderr, "use Metadata");
 
     // A rule that would silence acts: loads, and is warned about.
     let acts = dir.write("acts.yaml", POLICY);
     let done = run(&dir, "acts", &command_line(&dir, &[policy_flag(&acts)])).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
-    assert!(
-        done.stderr.contains(
-            "--audit-policy-file: rules[1] (level None) matches acts such as create nodes/proxy"
-        ),
-        "{}",
-        done.stderr
+    done.assert_code(0);
+    assert_contains(
+        &done.stderr,
+        "--audit-policy-file: rules[1] (level None) matches acts such as create nodes/proxy",
     );
     // --strict refuses what is warned about.
     let mut strict = command_line(&dir, &[policy_flag(&acts)]);

@@ -8,7 +8,7 @@ use http::StatusCode;
 
 use crate::support::answers::{assert_forbidden, forbidden_body};
 use crate::support::client::{Client, Reply, empty, request};
-use crate::support::harness::{ProxySpec, Subject, grant};
+use crate::support::harness::{Harness, ProxySpec, Subject, grant};
 use crate::support::streams::{EXEC_PROTOCOL, websocket_request};
 use crate::test_data::{AttributeCase, KUBELET_VECTORS, RBAC_DUMP, cases, text};
 
@@ -36,12 +36,18 @@ fn proxy_getter_policy() -> String {
     )
 }
 
+/// The proxy deciding with `modes`, its policy letting `subjects` get `resource`.
+async fn getters_proxy(modes: &str, resource: &str, subjects: &[Subject<'_>]) -> Harness {
+    let policy = grant("getters", &[resource], &["get"], subjects);
+    ProxySpec::new(&[&format!("--authorization-mode={modes}")])
+        .policy(&policy)
+        .start()
+        .await
+}
+
 #[tokio::test]
 async fn websocket_exec_needs_create_by_default() {
-    let h = ProxySpec::new(&["--authorization-mode=Policy"])
-        .policy(&proxy_getter_policy())
-        .start()
-        .await;
+    let h = getters_proxy("Policy", "nodes/proxy", &[Subject::User("alice")]).await;
     let reply = websocket_exec(&h.http1_user("alice")).await;
     assert_forbidden(&reply, "alice", "create", "proxy");
 }
@@ -120,16 +126,12 @@ async fn always_deny_has_no_opinion_so_a_later_allow_wins() {
 
 #[tokio::test]
 async fn node_identities_only_on_their_own_node() {
-    let policy = grant(
-        "nodes-read-proxy",
-        &["nodes/proxy"],
-        &["get"],
+    let h = getters_proxy(
+        "Node,Policy",
+        "nodes/proxy",
         &[Subject::Group("system:nodes")],
-    );
-    let h = ProxySpec::new(&["--authorization-mode=Node,Policy"])
-        .policy(&policy)
-        .start()
-        .await;
+    )
+    .await;
     // The policy grants every node identity, but node-b's certificate is refused on node-a.
     let other = h
         .user("system:node:node-b", &["system:nodes"])
@@ -150,16 +152,7 @@ async fn node_identities_only_on_their_own_node() {
 
 #[tokio::test]
 async fn node_identity_of_this_node_still_needs_the_policy() {
-    let policy = grant(
-        "someone-else",
-        &["nodes/proxy"],
-        &["get"],
-        &[Subject::User("alice")],
-    );
-    let h = ProxySpec::new(&["--authorization-mode=Node,Policy"])
-        .policy(&policy)
-        .start()
-        .await;
+    let h = getters_proxy("Node,Policy", "nodes/proxy", &[Subject::User("alice")]).await;
     let own = h
         .user("system:node:node-a", &["system:nodes"])
         .get("/echo")
@@ -169,10 +162,9 @@ async fn node_identity_of_this_node_still_needs_the_policy() {
 
 #[tokio::test]
 async fn policy_subjects_user_group_service_account() {
-    let policy = grant(
-        "readers",
-        &["nodes/proxy"],
-        &["get"],
+    let h = getters_proxy(
+        "Policy",
+        "nodes/proxy",
         &[
             Subject::User("alice"),
             Subject::Group("ops"),
@@ -181,11 +173,8 @@ async fn policy_subjects_user_group_service_account() {
                 name: "agent",
             },
         ],
-    );
-    let h = ProxySpec::new(&["--authorization-mode=Policy"])
-        .policy(&policy)
-        .start()
-        .await;
+    )
+    .await;
     for (name, groups) in [
         ("alice", &[][..]),
         ("dave", &["ops"][..]),
@@ -207,16 +196,7 @@ async fn policy_subjects_user_group_service_account() {
 
 #[tokio::test]
 async fn exact_refusal_bodies() {
-    let policy = grant(
-        "healthz-getter",
-        &["nodes/healthz"],
-        &["get"],
-        &[Subject::User("alice")],
-    );
-    let h = ProxySpec::new(&["--authorization-mode=Policy"])
-        .policy(&policy)
-        .start()
-        .await;
+    let h = getters_proxy("Policy", "nodes/healthz", &[Subject::User("alice")]).await;
 
     let unauthorized = h.anonymous().get("/pods").await;
     assert_eq!(unauthorized.status, StatusCode::UNAUTHORIZED);
@@ -318,12 +298,13 @@ async fn kubelet_attribute_vectors_show_in_403_bodies() {
         if selected.is_empty() {
             continue;
         }
-        let mut args = vec![
+        let h = ProxySpec::new(&[
             "--authorization-mode=AlwaysDeny",
             "--exec-requires-create=false",
-        ];
-        args.extend(flags);
-        let h = ProxySpec::new(&args).start().await;
+        ])
+        .args(&flags)
+        .start()
+        .await;
         let alice = h.http1_user("alice");
         for row in selected {
             let expected = forbidden_body("alice", &row.verb, &row.subresources.join(" "));

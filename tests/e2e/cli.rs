@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::support::TempDir;
+use crate::support::assert_contains;
 use crate::support::client::H2_AND_HTTP1;
 use crate::support::client::plain_get;
 use crate::support::pki::{Authority, CertSpec};
@@ -49,6 +50,13 @@ fn command_line(files: &Files, overrides: &[String]) -> Vec<String> {
         .filter(|arg| !overrides.iter().any(|o| flag_name(o) == flag_name(arg)))
         .collect();
     args.extend(overrides.iter().cloned());
+    args
+}
+
+/// `check-config` with [`command_line`].
+fn check_config(files: &Files, overrides: &[String]) -> Vec<String> {
+    let mut args = vec!["check-config".to_owned()];
+    args.extend(command_line(files, overrides));
     args
 }
 
@@ -214,12 +222,7 @@ async fn demo_once_exits_0() {
         "{}",
         done.stdout
     );
-    assert!(
-        done.stdout
-            .contains("The API server was asked 2 TokenReview(s)"),
-        "{}",
-        done.stdout
-    );
+    assert_contains(&done.stdout, "The API server was asked 2 TokenReview(s)");
     for row in rows {
         let code = row.get(end - 3..end).unwrap_or_default();
         assert!(
@@ -256,16 +259,15 @@ async fn check_config_changes_nothing_on_disk() {
     };
     let before = listing(&logs);
     for (i, log) in ["audit.log", "new.log"].into_iter().enumerate() {
-        let mut args = vec!["check-config".to_owned()];
-        args.extend(command_line(
+        let args = check_config(
             &files,
             &[
                 format!("--audit-log-path={}", logs.join(log).display()),
                 "--audit-log-maxbackup=1".to_owned(),
             ],
-        ));
+        );
         let done = run(&files.dir, &format!("check{i}"), &args).await;
-        assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+        done.assert_code(0);
         assert_eq!(
             listing(&logs),
             before,
@@ -273,17 +275,16 @@ async fn check_config_changes_nothing_on_disk() {
             logs.display()
         );
     }
-    let mut args = vec!["check-config".to_owned()];
-    args.extend(command_line(
+    let args = check_config(
         &files,
         &[format!(
             "--audit-log-path={}",
             logs.join("missing/audit.log").display()
         )],
-    ));
+    );
     let done = run(&files.dir, "check-missing-dir", &args).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
-    assert!(done.stderr.contains("--audit-log-path"), "{}", done.stderr);
+    done.assert_code(2);
+    assert_contains(&done.stderr, "--audit-log-path");
 }
 
 /// An address that is not this host's, or a privileged port, is a configuration error: one line
@@ -350,11 +351,7 @@ async fn a_listen_address_in_use_is_retried_until_it_is_free() {
         assert_eq!(health.status, http::StatusCode::OK);
         let ready = plain_get(admin, "/readyz").await;
         assert_eq!(ready.status, http::StatusCode::SERVICE_UNAVAILABLE);
-        assert!(
-            ready.text().contains("waiting for --listen-address"),
-            "{}",
-            ready.text()
-        );
+        assert_contains(&ready.text(), "waiting for --listen-address");
         drop(holder);
         admin
     };
@@ -382,7 +379,7 @@ async fn a_listen_address_still_in_use_after_the_retry_timeout_is_an_error() {
         ],
     );
     let done = run(&files.dir, "still-in-use", &args).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     let last = done.stderr.lines().last().unwrap_or_default();
     assert!(
         last.starts_with(&format!(
@@ -410,25 +407,20 @@ fn admin_address(log: &str) -> std::net::SocketAddr {
 #[tokio::test]
 async fn the_last_of_a_repeated_flag_wins() {
     let files = files();
-    let mut args = vec!["check-config".to_owned()];
-    args.extend(command_line(
+    let mut args = check_config(
         &files,
         &[
             "--node-name=first".to_owned(),
             "--idle-connection-timeout=10s".to_owned(),
         ],
-    ));
+    );
     args.extend([
         "--node-name=second".to_owned(),
         "--idle-connection-timeout=20s".to_owned(),
     ]);
     let done = run(&files.dir, "repeated", &args).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
-    assert!(
-        done.stdout.contains("for node \"second\""),
-        "{}",
-        done.stdout
-    );
+    done.assert_code(0);
+    assert_contains(&done.stdout, "for node \"second\"");
 }
 
 /// A cipher list from a CIS-hardened KubeletConfiguration names `TLS_RSA_*` suites beside ECDHE
@@ -439,28 +431,22 @@ async fn cipher_suites_rustls_cannot_offer_are_skipped_with_a_warning() {
     let files = files();
     let cis = "--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,\
                TLS_RSA_WITH_AES_256_GCM_SHA384,TLS_RSA_WITH_AES_128_GCM_SHA256";
-    let mut args = vec!["check-config".to_owned()];
-    args.extend(command_line(&files, &[cis.to_owned()]));
+    let args = check_config(&files, &[cis.to_owned()]);
     let done = run(&files.dir, "cis", &args).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("TLS_RSA_WITH_AES_256_GCM_SHA384,TLS_RSA_WITH_AES_128_GCM_SHA256"),
-        "{}",
-        done.stderr
+    done.assert_code(0);
+    assert_contains(
+        &done.stderr,
+        "TLS_RSA_WITH_AES_256_GCM_SHA384,TLS_RSA_WITH_AES_128_GCM_SHA256",
     );
-    let mut args = vec!["check-config".to_owned()];
-    args.extend(command_line(
+    let args = check_config(
         &files,
         &["--tls-cipher-suites=TLS_RSA_WITH_AES_128_GCM_SHA256".to_owned()],
-    ));
+    );
     let done = run(&files.dir, "rsa-only", &args).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
-    assert!(
-        done.stderr
-            .contains("--tls-cipher-suites: cipher suite TLS_RSA_WITH_AES_128_GCM_SHA256"),
-        "{}",
-        done.stderr
+    done.assert_code(2);
+    assert_contains(
+        &done.stderr,
+        "--tls-cipher-suites: cipher suite TLS_RSA_WITH_AES_128_GCM_SHA256",
     );
 }
 
@@ -576,10 +562,9 @@ async fn check_config_warns_and_strict_refuses() {
         ),
     ];
     for (i, (overrides, words)) in cases.iter().enumerate() {
-        let mut args = vec!["check-config".to_owned()];
-        args.extend(command_line(&files, overrides));
+        let mut args = check_config(&files, overrides);
         let done = run(&files.dir, &format!("warn{i}"), &args).await;
-        assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+        done.assert_code(0);
         for word in *words {
             assert!(
                 done.stderr.contains(word),
@@ -589,12 +574,8 @@ async fn check_config_warns_and_strict_refuses() {
         }
         args.insert(1, "--strict".to_owned());
         let done = run(&files.dir, &format!("strict{i}"), &args).await;
-        assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
-        assert!(
-            done.stderr.contains("refused by --strict"),
-            "{}",
-            done.stderr
-        );
+        done.assert_code(2);
+        assert_contains(&done.stderr, "refused by --strict");
         assert_eq!(done.stdout, "");
     }
 
@@ -613,7 +594,7 @@ async fn check_config_warns_and_strict_refuses() {
     let mut args = vec!["check-config".to_owned(), "--strict".to_owned()];
     args.extend(command_line(&files, &shipped));
     let done = run(&files.dir, "shipped", &args).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    done.assert_code(0);
     assert!(!done.stderr.contains("warning"), "{}", done.stderr);
 }
 
@@ -666,14 +647,9 @@ async fn the_api_is_served_on_every_listen_address() {
 #[tokio::test]
 async fn check_config_reports_every_problem_in_one_run() {
     let files = files();
-    let missing = files
-        .dir
-        .path()
-        .join("missing-ca.crt")
-        .display()
-        .to_string();
-    let mut args = vec!["check-config".to_owned()];
-    args.extend(command_line(
+    let missing = files.dir.path().join("missing-ca.crt");
+    let missing = missing.display();
+    let args = check_config(
         &files,
         &[
             format!("--client-ca-file={missing}"),
@@ -681,9 +657,9 @@ async fn check_config_reports_every_problem_in_one_run() {
             "--upstream=ftp://kubelet".to_owned(),
             "--tls-min-version=VersionTLS10".to_owned(),
         ],
-    ));
+    );
     let done = run(&files.dir, "many", &args).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     let lines: Vec<&str> = done.stderr.lines().collect();
     for flag in [
         "--client-ca-file",
@@ -763,10 +739,9 @@ async fn a_cluster_rbac_dump_gets_one_warning_and_one_note() {
         "--authorization-mode=Policy".to_owned(),
         format!("--authorization-policy-file={}", dump.display()),
     ];
-    let mut args = vec!["check-config".to_owned()];
-    args.extend(command_line(&files, &overrides));
+    let mut args = check_config(&files, &overrides);
     let done = run(&files.dir, "dump", &args).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    done.assert_code(0);
     let lines: Vec<&str> = done
         .stderr
         .lines()
@@ -791,12 +766,8 @@ async fn a_cluster_rbac_dump_gets_one_warning_and_one_note() {
     );
     args.push("--strict".to_owned());
     let done = run(&files.dir, "dump-strict", &args).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
-    assert!(
-        done.stderr.contains("1 warning(s), refused by --strict"),
-        "{}",
-        done.stderr
-    );
+    done.assert_code(2);
+    assert_contains(&done.stderr, "1 warning(s), refused by --strict");
 }
 
 /// More serving threads than the process has CPUs works but is warned about, naming the flag and
@@ -806,38 +777,25 @@ async fn more_serving_threads_than_cpus_is_warned_about() {
     let files = files();
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let too_many = cpus + 1;
-    let mut args = vec!["check-config".to_owned()];
-    args.extend(command_line(
-        &files,
-        &[format!("--serving-threads={too_many}")],
-    ));
+    let mut args = check_config(&files, &[format!("--serving-threads={too_many}")]);
     let done = run(&files.dir, "threads", &args).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
-    assert!(
-        done.stderr.contains(&format!(
+    done.assert_code(0);
+    assert_contains(
+        &done.stderr,
+        &format!(
             "kubelet-auth-proxy: warning: --serving-threads: {too_many} serving threads on {cpus} CPU(s)"
-        )),
-        "{}",
-        done.stderr
+        ),
     );
     args.push("--strict".to_owned());
     // Beside the warning every AlwaysAllow configuration gets.
     let done = run(&files.dir, "threads-strict", &args).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
-    assert!(
-        done.stderr.contains("2 warning(s), refused by --strict"),
-        "{}",
-        done.stderr
-    );
+    done.assert_code(2);
+    assert_contains(&done.stderr, "2 warning(s), refused by --strict");
 
     let mut args = vec!["check-config".to_owned(), "--strict".to_owned()];
     args.extend(command_line(&files, &["--serving-threads=0".to_owned()]));
     let done = run(&files.dir, "threads-default", &args).await;
-    assert!(
-        done.stderr.contains("1 warning(s), refused by --strict"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "1 warning(s), refused by --strict");
     assert!(
         !done.stderr.contains("--serving-threads"),
         "{}",

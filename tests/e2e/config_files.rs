@@ -12,6 +12,7 @@ use serde_json::Value;
 use kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet;
 
 use crate::support::apiserver::{ApiServer, Flavour};
+use crate::support::assert_contains;
 use crate::support::client::{Client, Identity};
 use crate::support::harness::{Subject, grant};
 use crate::support::pki::{Authority, CertSpec};
@@ -574,12 +575,8 @@ async fn the_shipped_proxy_and_kubelet_configurations_pass_check_config_together
 #[tokio::test]
 async fn an_error_in_a_file_names_the_file_and_the_field() {
     let files = Files::new("origins").await;
-    let missing = files
-        .dir
-        .path()
-        .join("missing-ca.crt")
-        .display()
-        .to_string();
+    let missing = files.dir.path().join("missing-ca.crt");
+    let missing = missing.display();
     let config = files.write(
         "proxy.yaml",
         &format!(
@@ -591,7 +588,7 @@ async fn an_error_in_a_file_names_the_file_and_the_field() {
     let done = files
         .check("from-config", &args(&[&format!("--config={config}")]))
         .await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     assert_eq!(
         done.stderr.trim_end(),
         format!(
@@ -608,7 +605,7 @@ async fn an_error_in_a_file_names_the_file_and_the_field() {
             ]),
         )
         .await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     assert!(
         done.stderr.starts_with(&format!(
             "kubelet-auth-proxy: --upstream-ca-file {missing}:"
@@ -632,7 +629,7 @@ async fn an_error_in_a_file_names_the_file_and_the_field() {
             ]),
         )
         .await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     assert!(
         done.stderr.starts_with(&format!(
             "kubelet-auth-proxy: --kubelet-config {kubelet}: field tlsMinVersion: "
@@ -640,11 +637,7 @@ async fn an_error_in_a_file_names_the_file_and_the_field() {
         "{}",
         done.stderr
     );
-    assert!(
-        done.stderr.contains("(--tls-min-version)"),
-        "{}",
-        done.stderr
-    );
+    assert_contains(&done.stderr, "(--tls-min-version)");
 }
 
 /// A condition whose worst case (the largest review the proxy can build) costs more than

@@ -132,10 +132,7 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
     let credentials = KubeletCredentials::new(&api, &first);
     let h = proxy(&credentials.kubeconfig).await;
 
-    assert_eq!(
-        h.anonymous().get_with_token("/pods", "tok-1").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.bearer_get("/pods", "tok-1").await.status, StatusCode::OK);
     assert_eq!(last_serial(&api), serial_of(&first.chain[0]));
 
     let second = api.ca().issue(&CertSpec::client(NODE_IDENTITY));
@@ -145,10 +142,7 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
     })
     .await;
     // A new token: its review is not answered from the cache.
-    assert_eq!(
-        h.anonymous().get_with_token("/pods", "tok-2").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.bearer_get("/pods", "tok-2").await.status, StatusCode::OK);
     assert_eq!(last_serial(&api), serial_of(&second.chain[0]));
 
     // A rotation caught half-written keeps the certificate in force.
@@ -160,10 +154,7 @@ async fn a_rotated_kubelet_client_certificate_is_used_for_the_next_review() {
         (reloads(&h, "failed").await >= 1.0).then_some(())
     })
     .await;
-    assert_eq!(
-        h.anonymous().get_with_token("/pods", "tok-3").await.status,
-        StatusCode::OK
-    );
+    assert_eq!(h.bearer_get("/pods", "tok-3").await.status, StatusCode::OK);
     assert_eq!(last_serial(&api), serial_of(&second.chain[0]));
 }
 
@@ -190,7 +181,7 @@ async fn check_config_names_the_kubeconfig_whose_client_key_does_not_match() {
         "--node-name=node-a".to_owned(),
     ];
     let done = run(&dir, "check", &args).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     let kubeconfig = credentials.kubeconfig.display().to_string();
     assert!(
         done.stderr.starts_with("kubelet-auth-proxy: --kubeconfig")
@@ -231,7 +222,7 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
     let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
 
     let done = run(&dir, "allowed", &probe(kubeconfig.clone())).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    done.assert_code(0);
     for resource in [
         "tokenreviews.authentication.k8s.io",
         "subjectaccessreviews.authorization.k8s.io",
@@ -248,7 +239,7 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
 
     api.set_caller_may_create(&[("authentication.k8s.io", "tokenreviews")]);
     let done = run(&dir, "not-allowed", &probe(kubeconfig.clone())).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     let expected = format!(
         "kubelet-auth-proxy: --kubeconfig {}: probe: the API server does not let this identity \
          create subjectaccessreviews.authorization.k8s.io",
@@ -268,7 +259,7 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
     ]);
     api.set_issuer_discovery_forbidden(true);
     let done = run(&dir, "no-keys", &probe(kubeconfig.clone())).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     assert!(
         done.stderr
             .contains("cannot fetch the service-account issuer's keys")
@@ -287,7 +278,7 @@ async fn check_config_probe_asks_the_api_server_what_the_proxy_may_do() {
         .replace(api.caller_token(), "revoked-token");
     let revoked = dir.write("revoked.kubeconfig", revoked);
     let done = run(&dir, "refused", &probe(revoked)).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     assert!(
         done.stderr.contains("401") && done.stderr.contains("the credentials were refused"),
         "{}",
@@ -321,7 +312,7 @@ async fn check_config_probe_asks_whether_the_rbac_mode_may_list_and_watch() {
         "--node-name=node-a".to_owned(),
     ];
     let done = run(&dir, "allowed", &probe).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    done.assert_code(0);
     for kind in [
         "clusterroles",
         "clusterrolebindings",
@@ -336,7 +327,7 @@ async fn check_config_probe_asks_whether_the_rbac_mode_may_list_and_watch() {
 
     api.set_caller_may_read_rbac(false);
     let done = run(&dir, "not-allowed", &probe).await;
-    assert_eq!(done.status.code(), Some(2), "{}", done.stderr);
+    done.assert_code(2);
     let expected = format!(
         "kubelet-auth-proxy: --kubeconfig {}: probe: the API server does not let this identity \
          list clusterroles.rbac.authorization.k8s.io",

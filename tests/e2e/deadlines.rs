@@ -32,13 +32,10 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const H2_EMPTY_SETTINGS: &[u8] = &[0, 0, 0, 4, 0, 0, 0, 0, 0];
 
 async fn proxy(extra: &[&str]) -> (Harness, Issued) {
-    let mut args = vec![
-        "--authorization-mode=AlwaysAllow",
-        "--header-read-timeout=1s",
-        "--idle-connection-timeout=2s",
-    ];
-    args.extend_from_slice(extra);
-    let h = ProxySpec::new(&args).start().await;
+    let h = ProxySpec::always_allow(&["--header-read-timeout=1s", "--idle-connection-timeout=2s"])
+        .args(extra)
+        .start()
+        .await;
     let alice = h.ca.issue(&CertSpec::client("alice").org("devs"));
     (h, alice)
 }

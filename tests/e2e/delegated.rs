@@ -28,20 +28,24 @@ const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
 /// Longer than a TTL of 1 s: the entry has expired.
 const PAST_ONE_SECOND: Duration = Duration::from_millis(1500);
 
-/// The proxy with these flags, reviewing with the stand-in (client-certificate kubeconfig).
-async fn proxy(api: &ApiServer, args: &[&str]) -> Harness {
-    ProxySpec::new(args).apiserver(api).start().await
+/// The proxy with these flags and then `extra`, reviewing with the stand-in (client-certificate
+/// kubeconfig).
+async fn proxy(api: &ApiServer, args: &[&str], extra: &[&str]) -> Harness {
+    ProxySpec::new(args)
+        .args(extra)
+        .apiserver(api)
+        .start()
+        .await
 }
 
 /// Token webhook on, every authenticated request allowed, identity shown to the kubelet.
 async fn token_proxy(api: &ApiServer, extra: &[&str]) -> Harness {
-    let mut args = vec![
+    let args = [
         "--authentication-token-webhook",
         "--authorization-mode=AlwaysAllow",
         "--forward-identity-headers",
     ];
-    args.extend_from_slice(extra);
-    proxy(api, &args).await
+    proxy(api, &args, extra).await
 }
 
 fn user(name: &str, uid: &str, groups: &[&str], extra: &[(&str, &[&str])]) -> ForwardedIdentity {
@@ -113,7 +117,7 @@ async fn bearer_token_authenticates_and_never_reaches_the_kubelet() {
     api.add_token("tok-dave", TokenUser::new("dave").groups(&["g2"]));
     let h = token_proxy(&api, &[]).await;
 
-    let reply = h.anonymous().get_with_token("/echo", "tok-bob").await;
+    let reply = h.bearer_get("/echo", "tok-bob").await;
     let echo = reply.echo();
     // T1: the user verbatim, groups unchanged (system:authenticated not repeated).
     assert_eq!(
@@ -127,11 +131,7 @@ async fn bearer_token_authenticates_and_never_reaches_the_kubelet() {
     );
     assert_eq!(echo.header("authorization"), Vec::<String>::new());
 
-    let dave = h
-        .anonymous()
-        .get_with_token("/echo", "tok-dave")
-        .await
-        .echo();
+    let dave = h.bearer_get("/echo", "tok-dave").await.echo();
     assert_eq!(
         dave.identity(),
         user("dave", "", &["g2", "system:authenticated"], &[])
@@ -161,14 +161,8 @@ async fn token_kubeconfig_flavour_works_too() {
     .kubeconfig(&api.kubeconfig(Flavour::Token))
     .start()
     .await;
-    api.set_rules(|r| {
-        if r.user == "bob" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
-    let reply = h.anonymous().get_with_token("/pods", "tok-bob").await;
+    api.set_rules(|r| Verdict::allow_when(r.user == "bob"));
+    let reply = h.bearer_get("/pods", "tok-bob").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     let callers: Vec<_> = api.calls().into_iter().map(|c| c.caller).collect();
     assert_eq!(callers, vec![Some(Caller::Token), Some(Caller::Token)]);
@@ -308,14 +302,11 @@ async fn credential_precedence_table() {
     assert_unauthorized(&reply, "invalid certificate and rejected token");
 
     // No certificate + rejected token: 401 even with anonymous on.
-    assert_unauthorized(
-        &h.anonymous().get_with_token("/echo", "tok-nobody").await,
-        "rejected token",
-    );
+    assert_unauthorized(&h.bearer_get("/echo", "tok-nobody").await, "rejected token");
     // No certificate + a token whose TokenReview fails: 401.
     api.inject(Kind::TokenReview, Fault::Forbidden, 1);
     assert_unauthorized(
-        &h.anonymous().get_with_token("/echo", "tok-failing").await,
+        &h.bearer_get("/echo", "tok-failing").await,
         "TokenReview failed",
     );
     let reviewed = api.token_reviews().len();
@@ -371,9 +362,10 @@ async fn token_webhook_off_ignores_bearer_tokens() {
             "--authorization-mode=AlwaysAllow",
             "--forward-identity-headers",
         ],
+        &[],
     )
     .await;
-    let reply = h.anonymous().get_with_token("/echo", "tok-bob").await;
+    let reply = h.bearer_get("/echo", "tok-bob").await;
     let echo = reply.echo();
     assert_eq!(echo.identity(), anonymous());
     assert_eq!(echo.header("authorization"), Vec::<String>::new());
@@ -394,10 +386,7 @@ async fn token_cache_keeps_successes_and_quiet_failures_never_errors() {
 
     // T1 + T7: the same token from another client certificate and another path is a hit.
     assert_eq!(
-        h.anonymous()
-            .get_with_token("/echo", "tok-bob")
-            .await
-            .status,
+        h.bearer_get("/echo", "tok-bob").await.status,
         StatusCode::OK
     );
     let other = h.user("carol", &[]);
@@ -421,17 +410,11 @@ async fn token_cache_keeps_successes_and_quiet_failures_never_errors() {
     );
     // T2: not authenticated without an error: 401, cached.
     for _ in 0..2 {
-        assert_unauthorized(
-            &h.anonymous().get_with_token("/echo", "tok-quiet").await,
-            "T2",
-        );
+        assert_unauthorized(&h.bearer_get("/echo", "tok-quiet").await, "T2");
     }
     // T3: not authenticated with an error: 401, reviewed every time.
     for _ in 0..2 {
-        assert_unauthorized(
-            &h.anonymous().get_with_token("/echo", "tok-expired").await,
-            "T3",
-        );
+        assert_unauthorized(&h.bearer_get("/echo", "tok-expired").await, "T3");
     }
     let tokens: Vec<String> = api
         .token_reviews()
@@ -446,11 +429,11 @@ async fn token_cache_keeps_successes_and_quiet_failures_never_errors() {
     // A failed call is never cached: the next request reviews again and succeeds.
     api.inject(Kind::TokenReview, Fault::Forbidden, 1);
     assert_unauthorized(
-        &h.anonymous().get_with_token("/echo", "tok-new").await,
+        &h.bearer_get("/echo", "tok-new").await,
         "TokenReview forbidden",
     );
     api.add_token("tok-new", TokenUser::new("erin"));
-    let reply = h.anonymous().get_with_token("/echo", "tok-new").await;
+    let reply = h.bearer_get("/echo", "tok-new").await;
     assert_eq!(reply.echo().identity().user, vec!["erin".to_owned()]);
     assert_eq!(api.statuses(Kind::TokenReview).len(), 6);
 }
@@ -466,16 +449,10 @@ async fn token_cache_entries_expire_after_the_ttl_flag() {
     for round in 1..=2 {
         for _ in 0..2 {
             assert_eq!(
-                h.anonymous()
-                    .get_with_token("/echo", "tok-bob")
-                    .await
-                    .status,
+                h.bearer_get("/echo", "tok-bob").await.status,
                 StatusCode::OK
             );
-            assert_unauthorized(
-                &h.anonymous().get_with_token("/echo", "tok-quiet").await,
-                "quiet failure",
-            );
+            assert_unauthorized(&h.bearer_get("/echo", "tok-quiet").await, "quiet failure");
         }
         assert_eq!(api.arrivals(Kind::TokenReview), 2 * round);
         tokio::time::sleep(PAST_ONE_SECOND * 2).await;
@@ -488,10 +465,10 @@ async fn token_audiences_are_sent_and_enforced() {
     api.add_token("tok-kubelet", TokenUser::new("bob").audiences(&["kubelet"]));
     api.add_token("tok-api", TokenUser::new("carol"));
     let h = token_proxy(&api, &["--authentication-token-audiences=kubelet,other"]).await;
-    let reply = h.anonymous().get_with_token("/echo", "tok-kubelet").await;
+    let reply = h.bearer_get("/echo", "tok-kubelet").await;
     assert_eq!(reply.echo().identity().user, vec!["bob".to_owned()]);
     assert_unauthorized(
-        &h.anonymous().get_with_token("/echo", "tok-api").await,
+        &h.bearer_get("/echo", "tok-api").await,
         "token for the API server's audiences only",
     );
     assert_eq!(
@@ -505,13 +482,10 @@ async fn token_audiences_are_sent_and_enforced() {
     // Without the flag the API server's own audiences apply.
     let plain = token_proxy(&api, &[]).await;
     assert_unauthorized(
-        &plain
-            .anonymous()
-            .get_with_token("/echo", "tok-kubelet")
-            .await,
+        &plain.bearer_get("/echo", "tok-kubelet").await,
         "kubelet-only token, implicit audiences",
     );
-    let reply = plain.anonymous().get_with_token("/echo", "tok-api").await;
+    let reply = plain.bearer_get("/echo", "tok-api").await;
     assert_eq!(reply.echo().identity().user, vec!["carol".to_owned()]);
     assert_eq!(
         api.token_reviews()[2..],
@@ -526,13 +500,12 @@ async fn token_audiences_are_sent_and_enforced() {
 
 /// Mode Webhook (alone), token webhook on, anonymous on.
 async fn webhook_proxy(api: &ApiServer, extra: &[&str]) -> Harness {
-    let mut args = vec![
+    let args = [
         "--authentication-token-webhook",
         "--authorization-mode=Webhook",
         "--anonymous-auth",
     ];
-    args.extend_from_slice(extra);
-    proxy(api, &args).await
+    proxy(api, &args, extra).await
 }
 
 fn subresources(api: &ApiServer) -> Vec<String> {
@@ -561,16 +534,10 @@ async fn access_review_request_body_is_the_kubelets() {
             ])
             .extra("authentication.kubernetes.io/pod-name", &["agent-x7k2p"]),
     );
-    api.set_rules(|r| {
-        if r.subresource == "pods" || r.verb.is_empty() {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
+    api.set_rules(|r| Verdict::allow_when(r.subresource == "pods" || r.verb.is_empty()));
     let h = webhook_proxy(&api, &[]).await;
 
-    let reply = h.anonymous().get_with_token("/pods", "tok-agent").await;
+    let reply = h.bearer_get("/pods", "tok-agent").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(
         api.access_reviews(),
@@ -675,13 +642,7 @@ async fn decisions_f4_f5_f8_f9() {
 #[tokio::test]
 async fn review_errors_f6_f7_are_500_and_stop_the_list() {
     let api = ApiServer::start().await;
-    api.set_rules(|r| {
-        if r.subresource == "proxy" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
+    api.set_rules(|r| Verdict::allow_when(r.subresource == "proxy"));
     let h = webhook_proxy(&api, &[]).await;
     let alice = h.user("alice", &[]);
 
@@ -713,13 +674,7 @@ async fn review_errors_f6_f7_are_500_and_stop_the_list() {
         vec![403, 201, 201, 403]
     );
     // Once the API server allows, so does the proxy.
-    api.set_rules(|r| {
-        if r.subresource == "proxy" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
+    api.set_rules(|r| Verdict::allow_when(r.subresource == "proxy"));
     let reply = alice.get("/pods").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(
@@ -819,7 +774,7 @@ async fn token_review_retries_500s_then_succeeds_t4() {
     api.add_token("tok-bob", TokenUser::new("bob"));
     let h = token_proxy(&api, &[]).await;
     api.inject(Kind::TokenReview, Fault::InternalError, 3);
-    let reply = h.anonymous().get_with_token("/echo", "tok-bob").await;
+    let reply = h.bearer_get("/echo", "tok-bob").await;
     assert_eq!(reply.echo().identity().user, vec!["bob".to_owned()]);
     assert_eq!(api.statuses(Kind::TokenReview), vec![500, 500, 500, 201]);
     assert_eq!(api_calls(&h, "TokenReview", "500").await, 3.0);
@@ -831,20 +786,14 @@ async fn token_review_connection_refused_is_one_attempt_t5() {
     api.add_token("tok-bob", TokenUser::new("bob"));
     let h = token_proxy(&api, &[]).await;
     assert_eq!(
-        h.anonymous()
-            .get_with_token("/echo", "tok-bob")
-            .await
-            .status,
+        h.bearer_get("/echo", "tok-bob").await.status,
         StatusCode::OK
     );
     api.stop().await;
-    assert_unauthorized(
-        &h.anonymous().get_with_token("/echo", "tok-other").await,
-        "T5",
-    );
+    assert_unauthorized(&h.bearer_get("/echo", "tok-other").await, "T5");
     assert_eq!(api_calls(&h, "TokenReview", "0").await, 1.0);
     // The cached user is still served while the API server is down.
-    let reply = h.anonymous().get_with_token("/echo", "tok-bob").await;
+    let reply = h.bearer_get("/echo", "tok-bob").await;
     assert_eq!(reply.status, StatusCode::OK);
 }
 
@@ -863,10 +812,7 @@ async fn token_review_gives_up_after_five_429s_t6() {
         },
         5,
     );
-    assert_unauthorized(
-        &h.anonymous().get_with_token("/echo", "tok-bob").await,
-        "T6",
-    );
+    assert_unauthorized(&h.bearer_get("/echo", "tok-bob").await, "T6");
     assert_eq!(api.statuses(Kind::TokenReview), vec![429; 5]);
 }
 
@@ -880,9 +826,7 @@ async fn service_unavailable_without_retry_after_is_final() {
     let h = webhook_proxy(&api, &[]).await;
     api.inject(Target::Both, Fault::ServiceUnavailable, 1);
     assert_unauthorized(
-        &h.anonymous()
-            .get_with_token("/stats/summary", "tok-bob")
-            .await,
+        &h.bearer_get("/stats/summary", "tok-bob").await,
         "503 TokenReview",
     );
     assert_eq!(api.statuses(Kind::TokenReview), vec![503]);
@@ -894,8 +838,7 @@ async fn service_unavailable_without_retry_after_is_final() {
 
 #[tokio::test]
 async fn access_review_retries_s5_s6() {
-    let mut api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let mut api = ApiServer::start_allowing().await;
     let h = webhook_proxy(&api, &[]).await;
     let alice = h.user("alice", &[]);
 
@@ -956,13 +899,7 @@ async fn burst(h: &Harness, count: usize, token: impl Fn(usize) -> String) -> Ve
 async fn five_hundred_concurrent_requests_one_token_review_one_review_per_attribute() {
     let api = ApiServer::start().await;
     api.add_token("tok-burst", TokenUser::new("bob"));
-    api.set_rules(|r| {
-        if r.subresource == "proxy" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
+    api.set_rules(|r| Verdict::allow_when(r.subresource == "proxy"));
     // Room for the held review: the pile-up below waits up to ~9 s.
     let h = webhook_proxy(&api, &["--apiserver-request-timeout=30s"]).await;
 
@@ -1019,13 +956,7 @@ async fn fifty_distinct_tokens_concurrently_make_fifty_token_reviews() {
     for i in 0..50 {
         api.add_token(&format!("tok-{i}"), TokenUser::new(&format!("user-{i}")));
     }
-    api.set_rules(|r| {
-        if r.subresource == "pods" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
+    api.set_rules(|r| Verdict::allow_when(r.subresource == "pods"));
     let h = webhook_proxy(&api, &[]).await;
     let statuses = burst(&h, 50, |i| format!("tok-{i}")).await;
     assert!(
@@ -1057,19 +988,13 @@ async fn slow_api_server_fails_closed_within_the_request_timeout() {
     // Longer than the timeout, for every attempt the proxy may make.
     api.inject(Target::Both, Fault::Slow(Duration::from_secs(8)), 10);
     // Each step is bounded by STEP_TIMEOUT (20 s): an unbounded wait fails the test.
-    assert_unauthorized(
-        &h.anonymous().get_with_token("/echo", "tok-bob").await,
-        "slow TokenReview",
-    );
+    assert_unauthorized(&h.bearer_get("/echo", "tok-bob").await, "slow TokenReview");
     let reply = h.user("alice", &[]).get("/stats/summary").await;
     assert_authorization_error(&reply, "alice", "get", "stats");
     api.clear_faults();
     // Once the API server is quick again, both work.
     assert_eq!(
-        h.anonymous()
-            .get_with_token("/stats/summary", "tok-bob")
-            .await
-            .status,
+        h.bearer_get("/stats/summary", "tok-bob").await.status,
         StatusCode::OK
     );
 }
@@ -1088,10 +1013,7 @@ async fn malformed_and_oversized_answers_fail_closed_and_the_proxy_keeps_serving
         (oversized, "oversized"),
     ] {
         api.inject(Kind::TokenReview, fault.clone(), 5);
-        assert_unauthorized(
-            &h.anonymous().get_with_token("/echo", "tok-bob").await,
-            what,
-        );
+        assert_unauthorized(&h.bearer_get("/echo", "tok-bob").await, what);
         api.clear_faults();
         api.inject(Kind::SubjectAccessReview, fault, 5);
         let reply = h.user("alice", &[]).get("/stats/summary").await;
@@ -1099,10 +1021,7 @@ async fn malformed_and_oversized_answers_fail_closed_and_the_proxy_keeps_serving
         api.clear_faults();
     }
     // Still serving, and nothing bad was cached.
-    let reply = h
-        .anonymous()
-        .get_with_token("/stats/summary", "tok-bob")
-        .await;
+    let reply = h.bearer_get("/stats/summary", "tok-bob").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(
         h.user("alice", &[]).get("/stats/summary").await.status,
@@ -1117,17 +1036,11 @@ async fn recovers_when_the_api_server_comes_back() {
     api.set_rules(|_| Verdict::allow());
     let h = webhook_proxy(&api, &[]).await;
     assert_eq!(
-        h.anonymous()
-            .get_with_token("/pods", "tok-bob")
-            .await
-            .status,
+        h.bearer_get("/pods", "tok-bob").await.status,
         StatusCode::OK
     );
     api.stop().await;
-    assert_unauthorized(
-        &h.anonymous().get_with_token("/pods", "tok-new").await,
-        "API server down",
-    );
+    assert_unauthorized(&h.bearer_get("/pods", "tok-new").await, "API server down");
     assert_authorization_error(
         &h.user("alice", &[]).get("/pods").await,
         "alice",
@@ -1137,10 +1050,7 @@ async fn recovers_when_the_api_server_comes_back() {
     api.restart().await;
     api.add_token("tok-new", TokenUser::new("erin"));
     assert_eq!(
-        h.anonymous()
-            .get_with_token("/pods", "tok-new")
-            .await
-            .status,
+        h.bearer_get("/pods", "tok-new").await.status,
         StatusCode::OK
     );
     assert_eq!(
@@ -1153,30 +1063,28 @@ async fn recovers_when_the_api_server_comes_back() {
 // Chain: Node,Policy,Webhook (union.go: the first Allow or Deny wins)
 // ---------------------------------------------------------------------------------------------
 
-#[tokio::test]
-async fn chain_node_policy_webhook_asks_the_api_server_last() {
-    let api = ApiServer::start().await;
-    api.set_rules(|r| {
-        if r.user == "bob" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
+/// Mode `Node,Policy,Webhook` with `extra` flags: the local policy lets alice get `resource`,
+/// the stand-in allows bob and has no opinion about anyone else.
+async fn chain_proxy(api: &ApiServer, resource: &str, extra: &[&str]) -> Harness {
+    api.set_rules(|r| Verdict::allow_when(r.user == "bob"));
     let policy = grant(
-        "stats-reader",
-        &["nodes/stats"],
+        "alice-reader",
+        &[resource],
         &["get"],
         &[Subject::User("alice")],
     );
-    let h = ProxySpec::new(&[
-        "--authorization-mode=Node,Policy,Webhook",
-        "--authentication-token-webhook",
-    ])
-    .policy(&policy)
-    .apiserver(&api)
-    .start()
-    .await;
+    ProxySpec::new(&["--authorization-mode=Node,Policy,Webhook"])
+        .args(extra)
+        .policy(&policy)
+        .apiserver(api)
+        .start()
+        .await
+}
+
+#[tokio::test]
+async fn chain_node_policy_webhook_asks_the_api_server_last() {
+    let api = ApiServer::start().await;
+    let h = chain_proxy(&api, "nodes/stats", &["--authentication-token-webhook"]).await;
 
     // The local policy allows: no SubjectAccessReview.
     assert_eq!(
@@ -1210,25 +1118,8 @@ async fn chain_node_policy_webhook_asks_the_api_server_last() {
 #[tokio::test]
 async fn local_authorizers_answer_every_attribute_set_before_any_review() {
     let api = ApiServer::start().await;
-    api.set_rules(|r| {
-        if r.user == "bob" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
     // GET /pods asks nodes/pods, then nodes/proxy: the policy grants only the second.
-    let policy = grant(
-        "proxy-reader",
-        &["nodes/proxy"],
-        &["get"],
-        &[Subject::User("alice")],
-    );
-    let h = ProxySpec::new(&["--authorization-mode=Node,Policy,Webhook"])
-        .policy(&policy)
-        .apiserver(&api)
-        .start()
-        .await;
+    let h = chain_proxy(&api, "nodes/proxy", &[]).await;
 
     // The kubelet's loop would ask the webhook about nodes/pods first; the local policy is
     // asked about both sets before any review, and allows the second.
@@ -1279,10 +1170,7 @@ async fn metrics_count_calls_cache_lookups_and_coalesced_waits() {
     let h = webhook_proxy(&api, &[]).await;
     api.inject(Kind::TokenReview, Fault::InternalError, 1);
     for _ in 0..3 {
-        let reply = h
-            .anonymous()
-            .get_with_token("/stats/summary", "tok-bob")
-            .await;
+        let reply = h.bearer_get("/stats/summary", "tok-bob").await;
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     }
     let text = metrics(&h).await;

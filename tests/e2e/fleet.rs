@@ -194,8 +194,7 @@ async fn a_failed_refresh_leaves_the_entry_and_is_not_retried() {
 
 #[tokio::test]
 async fn a_refresh_that_denies_replaces_the_entry_at_once() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let h = proxy(
         &api,
         &[

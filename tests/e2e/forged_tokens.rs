@@ -19,9 +19,11 @@ use crate::support::harness::{Harness, ProxySpec};
 
 /// A proxy checking bearer tokens with `api`, allowing whoever is authenticated.
 async fn proxy(api: &ApiServer, extra: &[&str]) -> Harness {
-    let mut args = vec!["--authentication-token-webhook"];
-    args.extend_from_slice(extra);
-    let h = ProxySpec::always_allow(&args).apiserver(api).start().await;
+    let h = ProxySpec::always_allow(&["--authentication-token-webhook"])
+        .args(extra)
+        .apiserver(api)
+        .start()
+        .await;
     h.wait_for_issuer_keys().await;
     assert!(api.jwks_fetches() > 0);
     h
@@ -29,7 +31,7 @@ async fn proxy(api: &ApiServer, extra: &[&str]) -> Harness {
 
 /// `GET /pods` with `token`: the status.
 async fn status_with(h: &Harness, token: &str) -> StatusCode {
-    h.anonymous().get_with_token("/pods", token).await.status
+    h.bearer_get("/pods", token).await.status
 }
 
 /// `claims` as an HS256 token (a shared-secret signature the issuer never makes) with a made-up

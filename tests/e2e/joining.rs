@@ -12,6 +12,7 @@ use http::StatusCode;
 use socket2::{Domain, Protocol, Socket, Type};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
+use crate::support::assert_contains;
 use crate::support::client::H2_AND_HTTP1;
 use crate::support::process::{ProcessSpec, run};
 use crate::support::{TempDir, eventually};
@@ -65,7 +66,7 @@ async fn a_handover_directory_other_users_can_reach_is_refused_with_the_fix() {
     let mut args = site.command_line(std::slice::from_ref(&flag));
     args.insert(0, "check-config".to_owned());
     let checked = run(&site.dir, "check-config", &args).await;
-    assert_eq!(checked.status.code(), Some(2), "{}", checked.stderr);
+    checked.assert_code(2);
     assert!(
         checked.stderr.contains("--handover-socket")
             && checked.stderr.contains("open to other users (mode 0755)")
@@ -230,11 +231,7 @@ async fn without_a_previous_version_a_held_address_keeps_the_proxy_unready() {
             !said.status.success(),
             "ready while the kubelet holds the port"
         );
-        assert!(
-            said.stderr.contains("waiting for --listen-address"),
-            "{}",
-            said.stderr
-        );
+        assert_contains(&said.stderr, "waiting for --listen-address");
         drop(kubelet);
     };
     let (new, ()) = tokio::join!(new, wait);
@@ -287,9 +284,5 @@ async fn an_asker_that_does_not_speak_the_handover_protocol_gets_nothing_and_is_
         )
         .await;
     assert_eq!(new.addr(), old.addr());
-    assert!(
-        new.stderr().contains("listening sockets handed over"),
-        "{}",
-        new.stderr()
-    );
+    assert_contains(&new.stderr(), "listening sockets handed over");
 }

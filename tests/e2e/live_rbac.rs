@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use crate::support::answers::assert_forbidden;
 use crate::support::apiserver::{ApiServer, RbacKind, Verdict};
+use crate::support::assert_contains;
 use crate::support::client::{empty, request};
 use crate::support::eventually;
 use crate::support::harness::{Harness, ProxySpec};
@@ -25,7 +26,9 @@ fn cluster_role(name: &str, resources: &[&str], labels: Value) -> Value {
     })
 }
 
-fn cluster_role_binding(name: &str, role: &str, user: &str) -> Value {
+/// A ClusterRoleBinding of `role` to `user`, named `<user>-<role>`.
+fn cluster_role_binding(role: &str, user: &str) -> Value {
+    let name = format!("{user}-{role}");
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
@@ -33,6 +36,19 @@ fn cluster_role_binding(name: &str, role: &str, user: &str) -> Value {
         "roleRef": {"apiGroup": RBAC_GROUP, "kind": "ClusterRole", "name": role},
         "subjects": [{"apiGroup": RBAC_GROUP, "kind": "User", "name": user}],
     })
+}
+
+/// The ClusterRole most scenarios bind: get and create on `nodes/stats`.
+fn stats_role() -> Value {
+    cluster_role("kubelet-stats", &["nodes/stats"], json!({}))
+}
+
+/// Applies [`stats_role`] and a binding of it to each of `users`.
+fn grant_stats(api: &ApiServer, users: &[&str]) {
+    api.apply_rbac(stats_role());
+    for user in users {
+        api.apply_rbac(cluster_role_binding("kubelet-stats", user));
+    }
 }
 
 /// `POST /exec/<namespace>/web/app?command=true`.
@@ -53,9 +69,11 @@ async fn proxy(api: &ApiServer, modes: &str, extra: &[&str]) -> Harness {
 /// [`proxy`], returned at once.
 async fn unsynced_proxy(api: &ApiServer, modes: &str, extra: &[&str]) -> Harness {
     let mode = format!("--authorization-mode={modes}");
-    let mut args = vec![mode.as_str(), "--rbac-start-jitter=0s"];
-    args.extend_from_slice(extra);
-    ProxySpec::new(&args).apiserver(api).start().await
+    ProxySpec::new(&[&mode, "--rbac-start-jitter=0s"])
+        .args(extra)
+        .apiserver(api)
+        .start()
+        .await
 }
 
 /// Waits until `/readyz` answers 200: the RBAC authorizer's first lists are in force.
@@ -74,6 +92,11 @@ async fn answers(h: &Harness, user: &str, path: &str, status: StatusCode) {
     .await;
 }
 
+/// The samples of `metric` for the RBAC kind `kind` in the exposition `text`.
+fn of_kind(text: &str, metric: &str, kind: &str) -> f64 {
+    total(text, metric, &[("kind", kind)])
+}
+
 async fn metrics(h: &Harness) -> String {
     let reply = h.admin_get("/metrics").await;
     assert_eq!(reply.status, StatusCode::OK);
@@ -84,12 +107,7 @@ async fn metrics(h: &Harness) -> String {
 async fn grants_and_revocations_at_the_api_server_decide_on_the_node_without_reviews() {
     let api = ApiServer::start().await;
     api.set_rules(|_| Verdict::no_opinion());
-    api.apply_rbac(cluster_role("kubelet-stats", &["nodes/stats"], json!({})));
-    api.apply_rbac(cluster_role_binding(
-        "alice-stats",
-        "kubelet-stats",
-        "alice",
-    ));
+    grant_stats(&api, &["alice"]);
     let h = proxy(&api, "Node,RBAC,Webhook", &[]).await;
 
     answers(&h, "alice", "/stats/summary", StatusCode::OK).await;
@@ -98,7 +116,7 @@ async fn grants_and_revocations_at_the_api_server_decide_on_the_node_without_rev
     assert!(api.access_reviews().is_empty(), "RBAC allowed: no review");
 
     // Revoked at the API server: the next requests are refused (the Webhook has no opinion).
-    api.delete_rbac(RbacKind::ClusterRoleBinding, "", "alice-stats");
+    api.delete_rbac(RbacKind::ClusterRoleBinding, "", "alice-kubelet-stats");
     answers(&h, "alice", "/stats/summary", StatusCode::FORBIDDEN).await;
     assert_forbidden(
         &h.user("alice", &[]).get("/stats/summary").await,
@@ -108,7 +126,7 @@ async fn grants_and_revocations_at_the_api_server_decide_on_the_node_without_rev
     );
 
     // Granted again, to another user: allowed, still by RBAC.
-    api.apply_rbac(cluster_role_binding("bob-stats", "kubelet-stats", "bob"));
+    api.apply_rbac(cluster_role_binding("kubelet-stats", "bob"));
     answers(&h, "bob", "/stats/summary", StatusCode::OK).await;
 
     let text = metrics(&h).await;
@@ -123,7 +141,7 @@ async fn grants_and_revocations_at_the_api_server_decide_on_the_node_without_rev
     assert_eq!(decisions("Webhook"), 0.0, "{text}");
     for kind in ["clusterroles", "clusterrolebindings"] {
         assert_eq!(
-            total(&text, "kubelet_auth_proxy_rbac_synced", &[("kind", kind)]),
+            of_kind(&text, "kubelet_auth_proxy_rbac_synced", kind),
             1.0,
             "{text}"
         );
@@ -138,10 +156,10 @@ async fn grants_and_revocations_at_the_api_server_decide_on_the_node_without_rev
         );
     }
     assert_eq!(
-        total(
+        of_kind(
             &text,
             "kubelet_auth_proxy_rbac_objects",
-            &[("kind", "clusterrolebindings")]
+            "clusterrolebindings"
         ),
         1.0,
         "{text}"
@@ -155,20 +173,12 @@ async fn roles_that_cannot_grant_a_kubelet_attribute_are_not_held() {
     let api = ApiServer::start().await;
     api.apply_rbac(cluster_role("config-reader", &["configmaps"], json!({})));
     api.apply_rbac(cluster_role("kubelet-proxy", &["nodes/proxy"], json!({})));
-    api.apply_rbac(cluster_role_binding(
-        "carol-config",
-        "config-reader",
-        "carol",
-    ));
+    api.apply_rbac(cluster_role_binding("config-reader", "carol"));
     let h = proxy(&api, "Node,RBAC", &[]).await;
     answers(&h, "carol", "/pods", StatusCode::FORBIDDEN).await;
     let text = metrics(&h).await;
     assert_eq!(
-        total(
-            &text,
-            "kubelet_auth_proxy_rbac_objects",
-            &[("kind", "clusterroles")]
-        ),
+        of_kind(&text, "kubelet_auth_proxy_rbac_objects", "clusterroles"),
         1.0,
         "only kubelet-proxy is held: {text}"
     );
@@ -184,11 +194,7 @@ async fn an_aggregated_role_follows_the_labels_of_the_roles_it_selects() {
         "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"example.com/kubelet": "true"}}]},
         "rules": [],
     }));
-    api.apply_rbac(cluster_role_binding(
-        "dave-readers",
-        "kubelet-readers",
-        "dave",
-    ));
+    api.apply_rbac(cluster_role_binding("kubelet-readers", "dave"));
     let h = proxy(&api, "Node,RBAC", &[]).await;
     answers(&h, "dave", "/pods", StatusCode::FORBIDDEN).await;
 
@@ -235,30 +241,14 @@ async fn role_bindings_grant_pod_subresources_with_pod_scoped_authz() {
 #[tokio::test]
 async fn until_the_first_list_the_mode_has_no_opinion_and_readyz_waits() {
     let api = ApiServer::start().await;
-    api.set_rules(|r| {
-        if r.user == "alice" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
-    });
-    api.apply_rbac(cluster_role("kubelet-stats", &["nodes/stats"], json!({})));
-    api.apply_rbac(cluster_role_binding(
-        "alice-stats",
-        "kubelet-stats",
-        "alice",
-    ));
-    api.apply_rbac(cluster_role_binding(
-        "frank-stats",
-        "kubelet-stats",
-        "frank",
-    ));
+    api.set_rules(|r| Verdict::allow_when(r.user == "alice"));
+    grant_stats(&api, &["alice", "frank"]);
     api.set_rbac_list_delay(Duration::from_secs(3));
     let h = unsynced_proxy(&api, "Node,RBAC,Webhook", &[]).await;
 
     let ready = h.admin_get("/readyz").await;
     assert_eq!(ready.status, StatusCode::SERVICE_UNAVAILABLE);
-    assert!(ready.text().contains("RBAC"), "{}", ready.text());
+    assert_contains(&ready.text(), "RBAC");
     // Meanwhile the Webhook decides.
     assert_eq!(
         h.user("alice", &[]).get("/stats/summary").await.status,
@@ -278,16 +268,12 @@ async fn until_the_first_list_the_mode_has_no_opinion_and_readyz_waits() {
 #[tokio::test]
 async fn a_dropped_watch_resumes_from_the_last_version_without_listing_again() {
     let api = ApiServer::start().await;
-    api.apply_rbac(cluster_role("kubelet-stats", &["nodes/stats"], json!({})));
+    api.apply_rbac(stats_role());
     let h = proxy(&api, "Node,RBAC", &[]).await;
     api.wait_for_rbac_watches(RbacKind::ClusterRoleBinding, 1)
         .await;
 
-    let version = api.apply_rbac(cluster_role_binding(
-        "alice-stats",
-        "kubelet-stats",
-        "alice",
-    ));
+    let version = api.apply_rbac(cluster_role_binding("kubelet-stats", "alice"));
     answers(&h, "alice", "/stats/summary", StatusCode::OK).await;
     api.drop_rbac_watches();
     api.wait_for_rbac_watches(RbacKind::ClusterRoleBinding, 2)
@@ -310,7 +296,7 @@ async fn a_dropped_watch_resumes_from_the_last_version_without_listing_again() {
     assert!(bookmarked.parse::<u64>().unwrap_or(0) > version.parse::<u64>().unwrap_or(0));
 
     // Changes made while it was cut arrive.
-    api.delete_rbac(RbacKind::ClusterRoleBinding, "", "alice-stats");
+    api.delete_rbac(RbacKind::ClusterRoleBinding, "", "alice-kubelet-stats");
     answers(&h, "alice", "/stats/summary", StatusCode::FORBIDDEN).await;
     assert_eq!(
         api.rbac_lists(RbacKind::ClusterRoleBinding),
@@ -323,12 +309,7 @@ async fn a_dropped_watch_resumes_from_the_last_version_without_listing_again() {
 #[tokio::test]
 async fn a_version_the_api_server_no_longer_has_is_listed_again_once() {
     let api = ApiServer::start().await;
-    api.apply_rbac(cluster_role("kubelet-stats", &["nodes/stats"], json!({})));
-    api.apply_rbac(cluster_role_binding(
-        "alice-stats",
-        "kubelet-stats",
-        "alice",
-    ));
+    grant_stats(&api, &["alice"]);
     let h = proxy(&api, "Node,RBAC", &[]).await;
     answers(&h, "alice", "/stats/summary", StatusCode::OK).await;
     api.wait_for_rbac_watches(RbacKind::ClusterRoleBinding, 1)
@@ -337,7 +318,7 @@ async fn a_version_the_api_server_no_longer_has_is_listed_again_once() {
     // While cut off, the binding goes and the history with it: 410, then one new list.
     api.set_rbac_available(false);
     api.drop_rbac_watches();
-    api.delete_rbac(RbacKind::ClusterRoleBinding, "", "alice-stats");
+    api.delete_rbac(RbacKind::ClusterRoleBinding, "", "alice-kubelet-stats");
     api.compact_rbac_history();
     api.set_rbac_available(true);
     answers(&h, "alice", "/stats/summary", StatusCode::FORBIDDEN).await;
@@ -363,12 +344,7 @@ async fn a_version_the_api_server_no_longer_has_is_listed_again_once() {
 #[tokio::test]
 async fn a_watch_broken_longer_than_the_staleness_bound_has_no_opinion_until_it_resumes() {
     let api = ApiServer::start().await;
-    api.apply_rbac(cluster_role("kubelet-stats", &["nodes/stats"], json!({})));
-    api.apply_rbac(cluster_role_binding(
-        "alice-stats",
-        "kubelet-stats",
-        "alice",
-    ));
+    grant_stats(&api, &["alice"]);
     let h = proxy(&api, "Node,RBAC", &["--rbac-max-staleness=1s"]).await;
     answers(&h, "alice", "/stats/summary", StatusCode::OK).await;
 
@@ -378,19 +354,19 @@ async fn a_watch_broken_longer_than_the_staleness_bound_has_no_opinion_until_it_
     answers(&h, "alice", "/stats/summary", StatusCode::FORBIDDEN).await;
     let text = metrics(&h).await;
     assert_eq!(
-        total(
+        of_kind(
             &text,
             "kubelet_auth_proxy_rbac_synced",
-            &[("kind", "clusterrolebindings")]
+            "clusterrolebindings"
         ),
         0.0,
         "{text}"
     );
     assert!(
-        total(
+        of_kind(
             &text,
             "kubelet_auth_proxy_rbac_watch_failures_total",
-            &[("kind", "clusterrolebindings")]
+            "clusterrolebindings"
         ) >= 1.0,
         "{text}"
     );

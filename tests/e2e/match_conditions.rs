@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::manifests::{file, read};
 use crate::support::TempDir;
 use crate::support::answers::assert_authorization_error;
-use crate::support::apiserver::{ApiServer, Flavour, TokenUser, Verdict};
+use crate::support::apiserver::{ApiServer, Flavour, TokenUser};
 use crate::support::client::Identity;
 use crate::support::harness::{Harness, NODE_NAME, ProxySpec};
 use crate::support::pki::{CertSpec, sha256_hex};
@@ -94,10 +94,38 @@ fn review(name: &str, groups: &[&str], subresource: &str, leaf: &[u8]) -> Value 
     })
 }
 
+/// Sends `GET path` as the x509 user `name` in `groups`: answered 200, and the stand-in has then
+/// received `reviews` reviews, the last exactly the kubelet's for `get nodes/<subresource>`.
+async fn assert_reviewed(
+    h: &Harness,
+    api: &ApiServer,
+    (name, groups): (&str, &[&str]),
+    path: &str,
+    subresource: &str,
+    reviews: usize,
+) {
+    let spec = groups
+        .iter()
+        .fold(CertSpec::client(name), |spec, group| spec.org(group));
+    let cert = h.ca.issue(&spec);
+    let reply = h.client(Identity::of(&cert)).get(path).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
+    let received = api.access_reviews();
+    assert_eq!(received.len(), reviews, "{received:?}");
+    assert_eq!(
+        received[reviews - 1],
+        review(name, groups, subresource, cert.leaf())
+    );
+}
+
+/// `webhook` followed by an AlwaysAllow authorizer.
+fn then_allow(webhook: String) -> String {
+    format!("{webhook}  - {{type: AlwaysAllow, name: allow}}\n")
+}
+
 #[tokio::test]
 async fn the_nodes_never_reach_the_webhook_and_others_only_for_nodes_proxy() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let dir = TempDir::new("match-conditions");
     let h = proxy(
         &dir,
@@ -119,26 +147,13 @@ async fn the_nodes_never_reach_the_webhook_and_others_only_for_nodes_proxy() {
 
     // Anyone else: nodes/pods is skipped (not proxy), then the nodes/proxy fallback is reviewed,
     // with exactly the kubelet's body; the stand-in allows.
-    let alice = h.ca.issue(&CertSpec::client("alice").org("team-a"));
-    let reply = h.client(Identity::of(&alice)).get("/pods").await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-    assert_eq!(
-        api.access_reviews(),
-        vec![review("alice", &["team-a"], "proxy", alice.leaf())]
-    );
+    let alice = ("alice", &["team-a"][..]);
+    assert_reviewed(&h, &api, alice, "/pods", "proxy", 1).await;
     assert_eq!(h.metric(EXCLUSIONS, &[("name", "apiserver")]).await, 3.0);
 
     // Asked about nodes/proxy directly: reviewed once, nothing skipped.
-    let reply = h
-        .client(Identity::of(&alice))
-        .get("/containerLogs/default/web-0/app")
-        .await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-    assert_eq!(api.access_reviews().len(), 2);
-    assert_eq!(
-        api.access_reviews()[1],
-        review("alice", &["team-a"], "proxy", alice.leaf())
-    );
+    let logs = "/containerLogs/default/web-0/app";
+    assert_reviewed(&h, &api, alice, logs, "proxy", 2).await;
     assert_eq!(h.metric(EXCLUSIONS, &[("name", "apiserver")]).await, 3.0);
     assert_eq!(h.metric(ERRORS, &[("name", "apiserver")]).await, 0.0);
 }
@@ -149,18 +164,14 @@ const SECOND_GROUP: &str = "request.groups[1] == 'system:authenticated'";
 
 #[tokio::test]
 async fn an_evaluation_error_follows_the_failure_policy() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
 
     // Deny: the chain stops at the error, before the AlwaysAllow after it, with the kubelet's 500;
     // nothing is sent to the webhook.
     let dir = TempDir::new("match-conditions-deny");
     let h = proxy(
         &dir,
-        &format!(
-            "{}  - {{type: AlwaysAllow, name: allow}}\n",
-            webhook(&api, "strict", "Deny", &[SECOND_GROUP, "true"])
-        ),
+        &then_allow(webhook(&api, "strict", "Deny", &[SECOND_GROUP, "true"])),
     )
     .await;
     let reply = h.user("bob", &[]).get("/pods").await;
@@ -169,22 +180,13 @@ async fn an_evaluation_error_follows_the_failure_policy() {
     assert_eq!(h.metric(ERRORS, &[("name", "strict")]).await, 1.0);
     assert_eq!(h.metric(EXCLUSIONS, &[("name", "strict")]).await, 0.0);
     // A caller for whom every condition is true is reviewed as usual.
-    let carol = h.ca.issue(&CertSpec::client("carol").org("ops"));
-    let reply = h.client(Identity::of(&carol)).get("/pods").await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-    assert_eq!(
-        api.access_reviews(),
-        vec![review("carol", &["ops"], "pods", carol.leaf())]
-    );
+    assert_reviewed(&h, &api, ("carol", &["ops"]), "/pods", "pods", 1).await;
 
     // NoOpinion: the error is set aside and the next authorizer decides; it allows.
     let dir = TempDir::new("match-conditions-no-opinion");
     let h = proxy(
         &dir,
-        &format!(
-            "{}  - {{type: AlwaysAllow, name: allow}}\n",
-            webhook(&api, "lenient", "NoOpinion", &[SECOND_GROUP])
-        ),
+        &then_allow(webhook(&api, "lenient", "NoOpinion", &[SECOND_GROUP])),
     )
     .await;
     let reply = h.user("bob", &[]).get("/pods").await;
@@ -208,8 +210,7 @@ fn many_groups() -> Vec<String> {
 
 #[tokio::test]
 async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let groups = many_groups();
     let groups: Vec<&str> = groups.iter().map(String::as_str).collect();
     api.add_token("many-groups", TokenUser::new("dave").groups(&groups));
@@ -217,10 +218,7 @@ async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
     let start = |dir: &TempDir, failure_policy: &str, name: &str| {
         let config = authorization_config(
             dir,
-            &format!(
-                "{}  - {{type: AlwaysAllow, name: allow}}\n",
-                webhook(&api, name, failure_policy, &[DENY_LIST])
-            ),
+            &then_allow(webhook(&api, name, failure_policy, &[DENY_LIST])),
         );
         ProxySpec::new(&[
             "--authentication-token-webhook",
@@ -234,12 +232,12 @@ async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
     // AlwaysAllow after it (the kubelet's 500) and no review is sent.
     let dir = TempDir::new("match-conditions-cost-deny");
     let h = start(&dir, "Deny", "strict").await;
-    let reply = h.anonymous().get_with_token("/pods", "many-groups").await;
+    let reply = h.bearer_get("/pods", "many-groups").await;
     assert_authorization_error(&reply, "dave", "get", "pods");
     assert_eq!(api.access_reviews(), Vec::<Value>::new());
     assert_eq!(h.metric(ERRORS, &[("name", "strict")]).await, 1.0);
     // A user with few groups costs little: the condition is true and the webhook allows.
-    let reply = h.anonymous().get_with_token("/pods", "few-groups").await;
+    let reply = h.bearer_get("/pods", "few-groups").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(api.access_reviews().len(), 1);
     assert_eq!(api.access_reviews()[0]["user"], "erin");
@@ -247,7 +245,7 @@ async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
     // NoOpinion: the error is set aside and the AlwaysAllow after it decides.
     let dir = TempDir::new("match-conditions-cost-no-opinion");
     let h = start(&dir, "NoOpinion", "lenient").await;
-    let reply = h.anonymous().get_with_token("/pods", "many-groups").await;
+    let reply = h.bearer_get("/pods", "many-groups").await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
     assert_eq!(api.access_reviews().len(), 1, "no review for dave");
     assert_eq!(h.metric(ERRORS, &[("name", "lenient")]).await, 1.0);
@@ -276,8 +274,7 @@ async fn a_condition_over_the_cost_limit_follows_the_failure_policy() {
 
 #[tokio::test]
 async fn explain_shows_each_condition_and_whether_the_webhook_was_called() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let dir = TempDir::new("match-conditions-explain");
     let config = authorization_config(
         &dir,
@@ -297,7 +294,7 @@ async fn explain_shows_each_condition_and_whether_the_webhook_was_called() {
         ],
     )
     .await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    done.assert_code(0);
     let e: Value = serde_json::from_str(&done.stdout).unwrap();
     let condition = |result: &str| json!({"expression": ONLY_NODES_PROXY, "result": result});
     let pods = &e["attributes"][0]["answers"][0];
@@ -337,7 +334,7 @@ async fn explain_shows_each_condition_and_whether_the_webhook_was_called() {
         ],
     )
     .await;
-    assert_eq!(done.status.code(), Some(1), "{}", done.stderr);
+    done.assert_code(1);
     for line in [
         format!("      condition false         {NOT_NODES}\n"),
         format!("      condition not evaluated {ONLY_NODES_PROXY}\n"),
@@ -362,8 +359,7 @@ async fn the_documented_example_reviews_only_nodes_proxy() {
         .expect("OPERATIONS.md has an AuthorizationConfiguration example");
     let block = &doc[start..];
     let example = &block[..block.find("```").unwrap()];
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let kubeconfig = api.kubeconfig(Flavour::ClientCertificate);
     let example = example.replace(
         "/etc/kubelet-auth-proxy/kubeconfig",
@@ -376,13 +372,7 @@ async fn the_documented_example_reviews_only_nodes_proxy() {
         .start()
         .await;
 
-    let alice = h.ca.issue(&CertSpec::client("alice"));
-    let reply = h.client(Identity::of(&alice)).get("/pods").await;
-    assert_eq!(reply.status, StatusCode::OK, "{}", reply.text());
-    assert_eq!(
-        api.access_reviews(),
-        vec![review("alice", &[], "proxy", alice.leaf())]
-    );
+    assert_reviewed(&h, &api, ("alice", &[]), "/pods", "proxy", 1).await;
     // Node identities are never reviewed: another node's is denied by Node, this node's own is
     // skipped by the webhook and, with nothing else in the chain, refused.
     for node in [

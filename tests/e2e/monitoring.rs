@@ -362,11 +362,7 @@ async fn every_metric_and_label_the_rules_and_the_dashboard_name_is_exported() {
     api.add_token("grafana-token", TokenUser::new("grafana"));
     // Grafana may read stats (allowed: a forwarded request); the rest has no opinion (forbidden).
     api.set_rules(|review| {
-        if review.user == "grafana" && review.subresource == "stats" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
+        Verdict::allow_when(review.user == "grafana" && review.subresource == "stats")
     });
     let dir = TempDir::new("monitoring");
     let audit_log = format!(
@@ -395,7 +391,7 @@ async fn every_metric_and_label_the_rules_and_the_dashboard_name_is_exported() {
     // A certificate user and a token user: requests decided, reviews made and cached.
     for path in ["/stats/summary", "/pods"] {
         h.user("alice", &[]).get(path).await;
-        h.anonymous().get_with_token(path, "grafana-token").await;
+        h.bearer_get(path, "grafana-token").await;
     }
     let reply = h.admin_get("/metrics").await;
     assert_eq!(reply.status, StatusCode::OK);

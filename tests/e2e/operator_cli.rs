@@ -54,7 +54,7 @@ async fn completions_cover_subcommands_and_flags_for_each_shell() {
 async fn manual_page_lists_every_flag_of_every_help() {
     let dir = TempDir::new("man");
     let man = run(&dir, "man", &["man".into()]).await;
-    assert_eq!(man.status.code(), Some(0), "{}", man.stderr);
+    man.assert_code(0);
     assert!(
         man.stdout.starts_with(".ie \\n(.g .ds Aq"),
         "not roff: {}",

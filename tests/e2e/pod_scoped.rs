@@ -42,11 +42,7 @@ fn forbidden(verb: &str) -> String {
 async fn a_webhook_is_asked_about_the_pod_after_the_node() {
     let api = ApiServer::start().await;
     api.set_rules(|r| {
-        if r.resource == "pods" && r.namespace == "ns" && r.name == "pod" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
+        Verdict::allow_when(r.resource == "pods" && r.namespace == "ns" && r.name == "pod")
     });
     let h = ProxySpec::new(&["--authorization-mode=Webhook", "--pod-scoped-authz"])
         .apiserver(&api)

@@ -22,6 +22,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::support::client::Client;
+use crate::support::eventually_within;
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::real_apiserver::{
     OWNER_LABEL, RealApiServer, aggregated_cluster_role, apiserver_metric, cluster_role,
@@ -75,22 +76,12 @@ async fn synced(proxy: &Harness, kind: &str) -> bool {
 }
 
 /// Calls `check` every 20 ms until it returns `Some`, for at most [`CHANGE_BOUND`].
-async fn poll<T, F, Fut>(what: &str, mut check: F) -> T
+async fn poll<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + CHANGE_BOUND;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not within {CHANGE_BOUND:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually_within(CHANGE_BOUND, what, check).await
 }
 
 /// Whether the proxy lets `client` in: anything but 403 is allowed (the stand-in kubelet
@@ -112,31 +103,83 @@ async fn until_allowed(client: &Client, want: bool, what: &str) {
     .await;
 }
 
+/// The ClusterRoles and ClusterRoleBindings of one scenario, through the admin's client: each
+/// created labelled as the scenario's own, so [`with_cleanup`] deletes it; a refusal by the API
+/// server fails the scenario.
+#[derive(Clone)]
+struct Objects {
+    scenario: &'static str,
+    owner: String,
+    kube: kube::Client,
+    roles: Api<ClusterRole>,
+    bindings: Api<ClusterRoleBinding>,
+}
+
+impl Objects {
+    fn new(kube: kube::Client, scenario: &'static str) -> Objects {
+        Objects {
+            scenario,
+            owner: owner(scenario),
+            roles: Api::all(kube.clone()),
+            bindings: Api::all(kube.clone()),
+            kube,
+        }
+    }
+
+    /// A ClusterRole `name` labelled `labels`, granting [`GRANT`].
+    async fn granting_role(&self, name: &str, labels: &[(&str, &str)]) {
+        let rules = vec![core_rule(GRANT.0, GRANT.1)];
+        self.create_role(&cluster_role(name, &self.owner, labels, rules))
+            .await;
+    }
+
+    async fn create_role(&self, role: &ClusterRole) {
+        self.roles
+            .create(&PostParams::default(), role)
+            .await
+            .unwrap();
+    }
+
+    /// A ClusterRoleBinding `name` of the ClusterRole `role` to the user `user`.
+    async fn bind(&self, name: &str, role: &str, user: &str) {
+        let binding = cluster_role_binding(name, &self.owner, role, vec![user_subject(user)]);
+        self.bindings
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
+    }
+
+    /// Deletes every ClusterRoleBinding and ClusterRole labelled as the scenario's.
+    async fn delete_all(&self) {
+        let scenario = self.scenario;
+        let selector = ListParams::default().labels(&format!("{OWNER_LABEL}={}", self.owner));
+        let params = DeleteParams::default();
+        self.bindings
+            .delete_collection(&params, &selector)
+            .await
+            .unwrap_or_else(|e| panic!("cleaning up the ClusterRoleBindings of {scenario}: {e}"));
+        self.roles
+            .delete_collection(&params, &selector)
+            .await
+            .unwrap_or_else(|e| panic!("cleaning up the ClusterRoles of {scenario}: {e}"));
+    }
+}
+
 /// Runs `scenario` against the real API server (or skips it), then deletes every ClusterRole
 /// and ClusterRoleBinding labelled as `scenario`'s, whether it passed or not, and reports its
 /// outcome.
 async fn with_cleanup<F, Fut>(scenario: &'static str, body: F)
 where
-    F: FnOnce(RealApiServer, kube::Client) -> Fut,
+    F: FnOnce(RealApiServer, Objects) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
     let Some(api) = RealApiServer::from_env(scenario) else {
         return;
     };
     eprintln!("{scenario}: against the real API server at {}", api.url);
-    let kube = api.admin().await;
-    let outcome = tokio::spawn(body(api, kube.clone())).await;
-    let selector = ListParams::default().labels(&format!("{OWNER_LABEL}={}", owner(scenario)));
-    let bindings: Api<ClusterRoleBinding> = Api::all(kube.clone());
-    bindings
-        .delete_collection(&DeleteParams::default(), &selector)
-        .await
-        .unwrap_or_else(|e| panic!("cleaning up the ClusterRoleBindings of {scenario}: {e}"));
-    let roles: Api<ClusterRole> = Api::all(kube);
-    roles
-        .delete_collection(&DeleteParams::default(), &selector)
-        .await
-        .unwrap_or_else(|e| panic!("cleaning up the ClusterRoles of {scenario}: {e}"));
+    let objects = Objects::new(api.admin().await, scenario);
+    let outcome = tokio::spawn(body(api, objects.clone())).await;
+    objects.delete_all().await;
     if let Err(e) = outcome {
         std::panic::resume_unwind(e.into_panic());
     }
@@ -147,8 +190,7 @@ where
 #[tokio::test]
 async fn a_cluster_role_binding_grants_and_its_deletion_revokes() {
     const SCENARIO: &str = "binding";
-    with_cleanup(SCENARIO, |api, kube| async move {
-        let owner = owner(SCENARIO);
+    with_cleanup(SCENARIO, |api, objects| async move {
         let proxy = synced_proxy(&api, "Node,RBAC").await;
         let user = name(SCENARIO, "alice");
         let alice = proxy.user(&user, &[]);
@@ -156,28 +198,14 @@ async fn a_cluster_role_binding_grants_and_its_deletion_revokes() {
         assert!(!allowed(&alice).await, "bound to nothing yet");
 
         let role = name(SCENARIO, "role");
-        let roles: Api<ClusterRole> = Api::all(kube.clone());
-        let bindings: Api<ClusterRoleBinding> = Api::all(kube);
-        let rules = vec![core_rule(GRANT.0, GRANT.1)];
-        roles
-            .create(
-                &PostParams::default(),
-                &cluster_role(&role, &owner, &[], rules),
-            )
-            .await
-            .unwrap();
+        objects.granting_role(&role, &[]).await;
         let binding = name(SCENARIO, "binding");
-        bindings
-            .create(
-                &PostParams::default(),
-                &cluster_role_binding(&binding, &owner, &role, vec![user_subject(&user)]),
-            )
-            .await
-            .unwrap();
+        objects.bind(&binding, &role, &user).await;
         until_allowed(&alice, true, "the new binding lets alice in").await;
         assert!(!allowed(&bob).await, "bob is bound to nothing");
 
-        bindings
+        objects
+            .bindings
             .delete(&binding, &DeleteParams::default())
             .await
             .unwrap();
@@ -204,67 +232,35 @@ async fn a_cluster_role_binding_grants_and_its_deletion_revokes() {
 #[tokio::test]
 async fn an_aggregated_cluster_role_follows_the_labels_of_the_roles_it_selects() {
     const SCENARIO: &str = "aggregated";
-    with_cleanup(SCENARIO, |api, kube| async move {
-        let owner = owner(SCENARIO);
+    with_cleanup(SCENARIO, |api, objects| async move {
         let label_key = "kubelet-auth-proxy.test/aggregate-to";
-        let label_value = owner.clone();
+        let label_value = objects.owner.clone();
         let proxy = synced_proxy(&api, "Node,RBAC").await;
         let user = name(SCENARIO, "carol");
         let carol = proxy.user(&user, &[]);
 
-        let roles: Api<ClusterRole> = Api::all(kube.clone());
-        let bindings: Api<ClusterRoleBinding> = Api::all(kube);
         let aggregated = name(SCENARIO, "aggregated");
-        roles
-            .create(
-                &PostParams::default(),
-                &aggregated_cluster_role(&aggregated, &owner, label_key, &label_value),
-            )
-            .await
-            .unwrap();
-        bindings
-            .create(
-                &PostParams::default(),
-                &cluster_role_binding(
-                    &name(SCENARIO, "binding"),
-                    &owner,
-                    &aggregated,
-                    vec![user_subject(&user)],
-                ),
-            )
-            .await
-            .unwrap();
+        objects
+            .create_role(&aggregated_cluster_role(
+                &aggregated,
+                &objects.owner,
+                label_key,
+                &label_value,
+            ))
+            .await;
+        objects
+            .bind(&name(SCENARIO, "binding"), &aggregated, &user)
+            .await;
         // An unlabelled role granting the same is not aggregated.
-        roles
-            .create(
-                &PostParams::default(),
-                &cluster_role(
-                    &name(SCENARIO, "unlabelled"),
-                    &owner,
-                    &[],
-                    vec![core_rule(GRANT.0, GRANT.1)],
-                ),
-            )
-            .await
-            .unwrap();
+        objects
+            .granting_role(&name(SCENARIO, "unlabelled"), &[])
+            .await;
         // A sentinel role created last, bound (first) to a user of its own: once that user is
         // let in, both watches have delivered everything created before it (each watch delivers
         // its kind in order), so the refusal below is carol's final answer, not a late event.
         let sentinel = name(SCENARIO, "sentinel");
-        bindings
-            .create(
-                &PostParams::default(),
-                &cluster_role_binding(&sentinel, &owner, &sentinel, vec![user_subject(&sentinel)]),
-            )
-            .await
-            .unwrap();
-        roles
-            .create(
-                &PostParams::default(),
-                &cluster_role(&sentinel, &owner, &[], vec![core_rule(GRANT.0, GRANT.1)]),
-            )
-            .await
-            .unwrap();
+        objects.bind(&sentinel, &sentinel, &sentinel).await;
+        objects.granting_role(&sentinel, &[]).await;
         until_allowed(
             &proxy.user(&sentinel, &[]),
             true,
@@ -277,22 +273,14 @@ async fn an_aggregated_cluster_role_follows_the_labels_of_the_roles_it_selects()
         );
 
         let part = name(SCENARIO, "part");
-        roles
-            .create(
-                &PostParams::default(),
-                &cluster_role(
-                    &part,
-                    &owner,
-                    &[(label_key, &label_value)],
-                    vec![core_rule(GRANT.0, GRANT.1)],
-                ),
-            )
-            .await
-            .unwrap();
+        objects
+            .granting_role(&part, &[(label_key, &label_value)])
+            .await;
         until_allowed(&carol, true, "the labelled role is aggregated").await;
 
         let unlabel = json!({"metadata": {"labels": {label_key: null}}});
-        roles
+        objects
+            .roles
             .patch(&part, &PatchParams::default(), &Patch::Merge(&unlabel))
             .await
             .unwrap();
@@ -315,14 +303,14 @@ async fn an_aggregated_cluster_role_follows_the_labels_of_the_roles_it_selects()
 #[tokio::test]
 async fn with_a_webhook_after_rbac_only_what_rbac_does_not_allow_is_reviewed() {
     const SCENARIO: &str = "webhook";
-    with_cleanup(SCENARIO, |api, kube| async move {
-        let bindings: Api<ClusterRoleBinding> = Api::all(kube.clone());
+    with_cleanup(SCENARIO, |api, objects| async move {
+        let bindings = objects.bindings.clone();
         let saved = bindings.get("cluster-admin").await.unwrap();
         bindings
             .delete("cluster-admin", &DeleteParams::default())
             .await
             .unwrap();
-        let outcome = tokio::spawn(webhook_scenario(api, kube)).await;
+        let outcome = tokio::spawn(webhook_scenario(api, objects)).await;
         let mut restored = saved;
         restored.metadata.resource_version = None;
         restored.metadata.uid = None;
@@ -339,32 +327,12 @@ async fn with_a_webhook_after_rbac_only_what_rbac_does_not_allow_is_reviewed() {
     .await;
 }
 
-async fn webhook_scenario(api: RealApiServer, kube: kube::Client) {
+async fn webhook_scenario(api: RealApiServer, objects: Objects) {
     const SCENARIO: &str = "webhook";
-    let owner = owner(SCENARIO);
-    let roles: Api<ClusterRole> = Api::all(kube.clone());
-    let bindings: Api<ClusterRoleBinding> = Api::all(kube.clone());
     let role = name(SCENARIO, "role");
     let user = name(SCENARIO, "dave");
-    roles
-        .create(
-            &PostParams::default(),
-            &cluster_role(&role, &owner, &[], vec![core_rule(GRANT.0, GRANT.1)]),
-        )
-        .await
-        .unwrap();
-    bindings
-        .create(
-            &PostParams::default(),
-            &cluster_role_binding(
-                &name(SCENARIO, "binding"),
-                &owner,
-                &role,
-                vec![user_subject(&user)],
-            ),
-        )
-        .await
-        .unwrap();
+    objects.granting_role(&role, &[]).await;
+    objects.bind(&name(SCENARIO, "binding"), &role, &user).await;
     let proxy = synced_proxy(&api, "Node,RBAC,Webhook").await;
     let dave = proxy.user(&user, &[]);
     // The binding may have been listed or may still be on its way as an event.
@@ -372,7 +340,7 @@ async fn webhook_scenario(api: RealApiServer, kube: kube::Client) {
     // Only this scenario's proxy has a webhook: the API server's own count is this proxy's.
     let reviews = || {
         apiserver_metric(
-            &kube,
+            &objects.kube,
             "apiserver_request_total",
             &[("resource", "subjectaccessreviews")],
         )
@@ -440,7 +408,7 @@ async fn webhook_scenario(api: RealApiServer, kube: kube::Client) {
 #[tokio::test]
 async fn readyz_and_the_metrics_show_the_sync() {
     const SCENARIO: &str = "readyz";
-    with_cleanup(SCENARIO, |api, _kube| async move {
+    with_cleanup(SCENARIO, |api, _objects| async move {
         let proxy = synced_proxy(&api, "Node,RBAC").await;
         assert_eq!(proxy.admin_get("/readyz").await.status, StatusCode::OK);
         for kind in ["clusterroles", "clusterrolebindings"] {

@@ -47,11 +47,21 @@ async fn start_under_load(spec: ProxySpec) -> (Harness, Load) {
     (h, load)
 }
 
+/// [`start_under_load`] with AlwaysAllow and a CA of its own in the client CA bundle after the
+/// test CA; returns that CA, and another one, not trusted yet, for the bundle that replaces it.
+async fn start_with_a_second_ca() -> (Harness, Load, Authority, Authority) {
+    let first = Authority::root("CA in the first bundle");
+    let next = Authority::root("CA of the next bundle");
+    let (h, load) = start_under_load(ProxySpec::always_allow(&[]).also_trust(first.pem())).await;
+    (h, load, first, next)
+}
+
 /// Lets the load run a little longer, asserts that none of its requests failed across `change`,
-/// and stops it.
-async fn end_load(load: Load, change: &str) {
+/// stops it and shuts the proxy down.
+async fn end_load(h: Harness, load: Load, change: &str) {
     load.advance(20).await;
     load.stop().await.assert_no_failures(change);
+    h.shutdown().await;
 }
 
 /// The proxy authorizing by [`policy_with_log_reader`], `erin` reading the logs.
@@ -82,12 +92,60 @@ async fn reloads(h: &Harness, target: &str, result: &str) -> f64 {
         .await
 }
 
-/// Waits until the failed-reload counter of `target` is past `before`.
-async fn failed_reload(h: &Harness, target: &str, before: f64) {
+/// Makes `change` (breaking a file of `target`) and waits until the failed reload it causes is
+/// counted.
+async fn fail_reload(h: &Harness, target: &str, change: impl FnOnce()) {
+    let before = reloads(h, target, "failed").await;
+    change();
     eventually(&format!("a failed {target} reload is counted"), || async {
         (reloads(h, target, "failed").await > before).then_some(())
     })
     .await;
+}
+
+/// A reloaded file broken, then fixed: while broken (each of the ways given, in turn), the
+/// previous version stays in force, `kept` served `GET path` and `next` refused with `refusal`;
+/// once fixed, `next` is served and `kept` refused.
+struct BrokenThenFixed<'a> {
+    /// The reload target (`client_ca`, `policy`).
+    target: &'a str,
+    path: &'a str,
+    kept: &'a Client,
+    next: &'a Client,
+    refusal: StatusCode,
+}
+
+impl BrokenThenFixed<'_> {
+    /// Writes each of `broken` with `write`, then `fixed`, checking the answers after each, while
+    /// `load` runs.
+    async fn check(
+        &self,
+        h: &Harness,
+        load: &Load,
+        write: impl Fn(&str),
+        broken: &[&str],
+        fixed: &str,
+    ) {
+        let Self {
+            target,
+            path,
+            kept,
+            next,
+            refusal,
+        } = *self;
+        for broken in broken {
+            fail_reload(h, target, || write(broken)).await;
+            assert_eq!(kept.get(path).await.status, StatusCode::OK, "{broken:?}");
+            assert_eq!(next.get(path).await.status, refusal, "{broken:?}");
+            load.advance(20).await;
+        }
+
+        let applied = reloads(h, target, "applied").await;
+        write(fixed);
+        until_ok(next, path, &format!("the fixed {target} is applied")).await;
+        assert_eq!(kept.get(path).await.status, refusal);
+        assert!(reloads(h, target, "applied").await > applied);
+    }
 }
 
 /// Replaces `path` at once (a new file renamed over it), as `sed -i`, config management and
@@ -152,8 +210,7 @@ async fn a_serving_certificate_rewritten_in_place_is_served_to_new_connections()
     assert_eq!(opened_before.peer_certificate(), h.serving().leaf());
     assert!(reloads(&h, "serving_certificate", "applied").await >= 1.0);
 
-    end_load(load, "serving certificate rewritten in place").await;
-    h.shutdown().await;
+    end_load(h, load, "serving certificate rewritten in place").await;
 }
 
 #[tokio::test]
@@ -184,17 +241,12 @@ async fn a_serving_certificate_swapped_in_a_kubernetes_volume_is_served_to_new_c
         "the flag names the volume's symlink"
     );
     assert!(reloads(&h, "serving_certificate", "applied").await >= 2.0);
-    load.stop()
-        .await
-        .assert_no_failures("serving certificate swapped in a volume");
-    h.shutdown().await;
+    end_load(h, load, "serving certificate swapped in a volume").await;
 }
 
 #[tokio::test]
 async fn a_replaced_client_ca_admits_the_new_ca_and_refuses_the_removed_one_on_open_connections() {
-    let removed = Authority::root("CA to be removed");
-    let added = Authority::root("CA added later");
-    let (h, load) = start_under_load(ProxySpec::always_allow(&[]).also_trust(removed.pem())).await;
+    let (h, load, removed, added) = start_with_a_second_ca().await;
 
     let carol = client_of(&h, &added, "carol", H2_AND_HTTP1);
     assert_eq!(carol.get("/pods").await.status, StatusCode::UNAUTHORIZED);
@@ -223,8 +275,7 @@ async fn a_replaced_client_ca_admits_the_new_ca_and_refuses_the_removed_one_on_o
     assert_eq!(bob.get("/pods").await.status, StatusCode::UNAUTHORIZED);
     assert!(reloads(&h, "client_ca", "applied").await >= 1.0);
 
-    end_load(load, "client CA replaced").await;
-    h.shutdown().await;
+    end_load(h, load, "client CA replaced").await;
 }
 
 /// The load's permission, and `subject` reading node logs.
@@ -275,8 +326,7 @@ async fn a_policy_change_grants_and_revokes_without_a_restart() {
     );
     assert!(reloads(&h, "policy", "applied").await >= 1.0);
 
-    end_load(load, "policy changed").await;
-    h.shutdown().await;
+    end_load(h, load, "policy changed").await;
 }
 
 #[tokio::test]
@@ -285,71 +335,53 @@ async fn a_broken_serving_certificate_keeps_the_previous_one_until_fixed() {
     let alice = h.user("alice", &[]);
     let original = h.serving().leaf();
 
-    let failed = reloads(&h, "serving_certificate", "failed").await;
-    std::fs::write(h.serving_cert_file(), GARBAGE_PEM).unwrap();
-    failed_reload(&h, "serving_certificate", failed).await;
-    let conn = alice.connect().await.unwrap();
-    assert_eq!(
-        conn.peer_certificate(),
-        original,
-        "the old certificate stays"
-    );
-    assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
-    load.advance(20).await;
-
-    // Half a rotation: a new certificate next to the old key is not a usable pair either.
     let rotated = h.ca.issue(&CertSpec::server().common_name("fixed"));
-    let failed = reloads(&h, "serving_certificate", "failed").await;
-    std::fs::write(h.serving_cert_file(), rotated.chain_pem()).unwrap();
-    failed_reload(&h, "serving_certificate", failed).await;
-    let conn = alice.connect().await.unwrap();
-    assert_eq!(
-        conn.peer_certificate(),
-        original,
-        "the old certificate stays"
-    );
-    load.advance(20).await;
+    // Garbage, then half a rotation: a new certificate next to the old key is not a usable pair
+    // either.
+    for broken in [GARBAGE_PEM.to_owned(), rotated.chain_pem()] {
+        fail_reload(&h, "serving_certificate", || {
+            std::fs::write(h.serving_cert_file(), &broken).unwrap()
+        })
+        .await;
+        let conn = alice.connect().await.unwrap();
+        assert_eq!(
+            conn.peer_certificate(),
+            original,
+            "the old certificate stays"
+        );
+        assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
+        load.advance(20).await;
+    }
 
     let applied = reloads(&h, "serving_certificate", "applied").await;
     std::fs::write(h.serving_key_file(), rotated.key_pem()).unwrap();
     wait_for_serving(&alice, &rotated, "fixed").await;
     assert!(reloads(&h, "serving_certificate", "applied").await > applied);
 
-    end_load(load, "broken serving certificate").await;
-    h.shutdown().await;
+    end_load(h, load, "broken serving certificate").await;
 }
 
 #[tokio::test]
 async fn a_broken_client_ca_keeps_the_previous_bundle_until_fixed() {
-    let kept = Authority::root("CA in the first bundle");
-    let added = Authority::root("CA of the fixed bundle");
-    let (h, load) = start_under_load(ProxySpec::always_allow(&[]).also_trust(kept.pem())).await;
+    let (h, load, kept, added) = start_with_a_second_ca().await;
     let bob = client_of(&h, &kept, "bob", H2_AND_HTTP1);
     let carol = client_of(&h, &added, "carol", H2_AND_HTTP1);
     assert_eq!(bob.get("/pods").await.status, StatusCode::OK);
 
-    for broken in [GARBAGE_PEM, "not PEM at all\n", ""] {
-        let failed = reloads(&h, "client_ca", "failed").await;
-        std::fs::write(h.client_ca_file(), broken).unwrap();
-        failed_reload(&h, "client_ca", failed).await;
-        // The previous bundle is in force, for new connections too.
-        assert_eq!(bob.get("/pods").await.status, StatusCode::OK, "{broken:?}");
-        assert_eq!(
-            carol.get("/pods").await.status,
-            StatusCode::UNAUTHORIZED,
-            "{broken:?}"
-        );
-        load.advance(20).await;
-    }
+    // The previous bundle is in force, for new connections too.
+    let expected = BrokenThenFixed {
+        target: "client_ca",
+        path: "/pods",
+        kept: &bob,
+        next: &carol,
+        refusal: StatusCode::UNAUTHORIZED,
+    };
+    let fixed = h.ca.pem() + &added.pem();
+    let write = |contents: &str| std::fs::write(h.client_ca_file(), contents).unwrap();
+    let broken = [GARBAGE_PEM, "not PEM at all\n", ""];
+    expected.check(&h, &load, write, &broken, &fixed).await;
 
-    let applied = reloads(&h, "client_ca", "applied").await;
-    std::fs::write(h.client_ca_file(), h.ca.pem() + &added.pem()).unwrap();
-    until_ok(&carol, "/pods", "the fixed bundle is applied").await;
-    assert_eq!(bob.get("/pods").await.status, StatusCode::UNAUTHORIZED);
-    assert!(reloads(&h, "client_ca", "applied").await > applied);
-
-    end_load(load, "broken client CA").await;
-    h.shutdown().await;
+    end_load(h, load, "broken client CA").await;
 }
 
 #[tokio::test]
@@ -361,38 +393,23 @@ async fn a_broken_policy_keeps_the_previous_rules_until_fixed() {
     // A Role needs its namespace.
     let role =
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: r}\nrules: []\n";
-    for broken in [
+    let broken = [
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nrules: [\n",
         "\t: : not yaml\n",
         role,
-    ] {
-        let failed = reloads(&h, "policy", "failed").await;
-        replace_file(&h.policy_file(), broken);
-        failed_reload(&h, "policy", failed).await;
-        assert_eq!(
-            erin.get("/logs/messages").await.status,
-            StatusCode::OK,
-            "{broken:?}"
-        );
-        assert_eq!(
-            dave.get("/logs/messages").await.status,
-            StatusCode::FORBIDDEN,
-            "{broken:?}"
-        );
-        load.advance(20).await;
-    }
+    ];
+    let expected = BrokenThenFixed {
+        target: "policy",
+        path: "/logs/messages",
+        kept: &erin,
+        next: &dave,
+        refusal: StatusCode::FORBIDDEN,
+    };
+    let write = |contents: &str| replace_file(&h.policy_file(), contents);
+    let fixed = policy_with_log_reader("dave");
+    expected.check(&h, &load, write, &broken, &fixed).await;
 
-    let applied = reloads(&h, "policy", "applied").await;
-    replace_file(&h.policy_file(), &policy_with_log_reader("dave"));
-    until_ok(&dave, "/logs/messages", "the fixed policy is applied").await;
-    assert_eq!(
-        erin.get("/logs/messages").await.status,
-        StatusCode::FORBIDDEN
-    );
-    assert!(reloads(&h, "policy", "applied").await > applied);
-
-    end_load(load, "broken policy").await;
-    h.shutdown().await;
+    end_load(h, load, "broken policy").await;
 }
 
 #[tokio::test]
@@ -446,9 +463,10 @@ async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
     // A slow writer: the file is truncated, the proxy reloads it, then the new contents arrive.
     let reloaded = reloads(&h, "policy", "applied").await + reloads(&h, "policy", "failed").await;
     let file = std::fs::File::create(h.policy_file()).unwrap();
-    let h = &h;
+    let proxy = &h;
     eventually("the truncated policy file is reloaded", || async move {
-        let now = reloads(h, "policy", "applied").await + reloads(h, "policy", "failed").await;
+        let now =
+            reloads(proxy, "policy", "applied").await + reloads(proxy, "policy", "failed").await;
         (now > reloaded).then_some(())
     })
     .await;
@@ -461,7 +479,7 @@ async fn a_policy_rewritten_in_place_never_leaves_no_rules_in_force() {
         "the new policy is applied",
     )
     .await;
-    end_load(load, "policy rewritten in place").await;
+    end_load(h, load, "policy rewritten in place").await;
 }
 
 /// With `RUST_LOG=trace` and the proxy's own log written into the directory of the files it

@@ -7,33 +7,38 @@ use std::time::Duration;
 
 use http::StatusCode;
 
-use crate::support::apiserver::{ApiServer, Fault, Kind, Target, TokenUser, Verdict};
-use crate::support::harness::ProxySpec;
+use crate::support::apiserver::{ApiServer, Fault, Kind, Target, TokenUser};
+use crate::support::harness::{Harness, ProxySpec};
 
 /// The 429s' `Retry-After`.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
 
+/// The stand-in, allowing every review, and a proxy in mode Webhook with `args` asking it.
+async fn webhook_proxy(args: &[&str]) -> (ApiServer, Harness) {
+    let api = ApiServer::start_allowing().await;
+    let h = ProxySpec::new(&["--authorization-mode=Webhook"])
+        .args(args)
+        .apiserver(&api)
+        .start()
+        .await;
+    (api, h)
+}
+
+/// The stand-in answers its next `count` calls, of either kind, 429 with `Retry-After: seconds`.
+fn throttle(api: &ApiServer, seconds: u32, count: usize) {
+    let fault = Fault::TooManyRequests {
+        retry_after_seconds: seconds,
+    };
+    api.inject(Target::Both, fault, count);
+}
+
 #[tokio::test]
 async fn one_call_per_retry_after_for_every_key_then_all_are_answered() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
-    let h = ProxySpec::new(&[
-        "--authorization-mode=Webhook",
-        "--apiserver-request-timeout=8s",
-    ])
-    .apiserver(&api)
-    .start()
-    .await;
+    let (api, h) = webhook_proxy(&["--apiserver-request-timeout=8s"]).await;
 
     // Three 429s in a row, then normal answers. One user meets the first; eleven more users
     // (eleven more keys) ask while the API server is holding the proxy off.
-    api.inject(
-        Target::Both,
-        Fault::TooManyRequests {
-            retry_after_seconds: 1,
-        },
-        3,
-    );
+    throttle(&api, 1, 3);
     let mut requests = Vec::new();
     for n in 0..12 {
         let client = h.user(&format!("user-{n}"), &[]);
@@ -67,25 +72,14 @@ async fn one_call_per_retry_after_for_every_key_then_all_are_answered() {
 
 #[tokio::test]
 async fn a_hold_longer_than_a_review_may_wait_fails_closed_without_calling() {
-    let api = ApiServer::start().await;
-    api.add_token("tok", TokenUser::new("carol"));
-    api.set_rules(|_| Verdict::allow());
-    let h = ProxySpec::new(&[
+    let (api, h) = webhook_proxy(&[
         "--authentication-token-webhook",
-        "--authorization-mode=Webhook",
         "--apiserver-request-timeout=1s",
     ])
-    .apiserver(&api)
-    .start()
     .await;
+    api.add_token("tok", TokenUser::new("carol"));
 
-    api.inject(
-        Target::Both,
-        Fault::TooManyRequests {
-            retry_after_seconds: 10,
-        },
-        1,
-    );
+    throttle(&api, 10, 1);
     let reply = h.user("alice", &[]).get("/pods").await;
     assert_eq!(
         reply.status,
@@ -94,7 +88,7 @@ async fn a_hold_longer_than_a_review_may_wait_fails_closed_without_calling() {
         reply.text()
     );
     // During the hold: a TokenReview is not made either, and the caller gets the kubelet's 401.
-    let reply = h.anonymous().get_with_token("/pods", "tok").await;
+    let reply = h.bearer_get("/pods", "tok").await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
     assert_eq!(api.calls().len(), 1, "{:?}", api.calls());
     assert_eq!(

@@ -9,7 +9,7 @@
 use http::StatusCode;
 
 use crate::support::apiserver::issuer::service_account_claims;
-use crate::support::apiserver::{ApiServer, Kind, TokenUser, Verdict};
+use crate::support::apiserver::{ApiServer, Kind, TokenUser};
 use crate::support::client::{Client, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::within;
@@ -141,8 +141,7 @@ async fn token_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
 
 #[tokio::test]
 async fn access_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let h = proxy(&api, "--authorization-mode=Webhook").await;
     flood(&h, &api, Kind::SubjectAccessReview, &|_| None).await;
     assert_eq!(get(&h.user("late", &[]), None).await, StatusCode::OK);

@@ -11,7 +11,7 @@ use std::time::Instant;
 use http::StatusCode;
 use tokio::net::{TcpStream, UnixDatagram};
 
-use crate::support::apiserver::{ApiServer, Kind, Verdict};
+use crate::support::apiserver::{ApiServer, Kind};
 use crate::support::client::{H2_AND_HTTP1, HTTP1_ONLY, Reply, empty, plain_get, request};
 use crate::support::harness::ProxySpec;
 use crate::support::process::ProcessSpec;
@@ -42,8 +42,7 @@ async fn wait_until_refused(addr: SocketAddr) {
 async fn shutdown_lets_in_flight_requests_finish_and_refuses_new_connections() {
     const CHUNK: usize = 64 * 1024;
     const CHUNKS: usize = 128;
-    let api = ApiServer::start().await;
-    api.set_rules(|_| Verdict::allow());
+    let api = ApiServer::start_allowing().await;
     let h = ProxySpec::new(&[
         "--authorization-mode=Webhook",
         "--shutdown-grace-period=30s",

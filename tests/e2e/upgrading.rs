@@ -14,6 +14,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::joining::{assert_unjoinable, handover_directory};
+use crate::support::assert_contains;
 use crate::support::client::{Client, Connection, H2_AND_HTTP1, HTTP1_ONLY, Reply, empty, request};
 use crate::support::metrics::total;
 use crate::support::process::{BINARY, Deployment, ProcessSpec, ProxyProcess, run};
@@ -251,11 +252,7 @@ async fn a_surge_takes_the_sockets_over_the_handover_socket_and_refuses_nothing(
     // The new pod's process, with the same flags: it asks the old one for its sockets.
     let mut new = site.start("new", &pod(&sockets[1])).await;
     assert_eq!((new.addr(), new.admin_addr()), (addr, admin));
-    assert!(
-        new.stderr().contains("listening sockets handed over"),
-        "{}",
-        new.stderr()
-    );
+    assert_contains(&new.stderr(), "listening sockets handed over");
     eventually("the old process counts the handover", || async {
         old.stderr()
             .contains("handed the listening sockets over through --handover-socket")
@@ -654,9 +651,5 @@ async fn a_socket_passed_by_systemd_is_taken_and_served() {
     );
     assert_eq!(reply.status, StatusCode::OK);
     assert_eq!(proxy.addr(), addr);
-    assert!(
-        proxy.stderr().contains("listening sockets inherited"),
-        "{}",
-        proxy.stderr()
-    );
+    assert_contains(&proxy.stderr(), "listening sockets inherited");
 }

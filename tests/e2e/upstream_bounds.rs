@@ -7,6 +7,7 @@
 use bytes::Bytes;
 use http::{Request, StatusCode};
 
+use crate::support::assert_contains;
 use crate::support::client::Client;
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::pki::{CertSpec, Issued};
@@ -129,11 +130,7 @@ async fn with_every_place_taken_a_request_waits_then_gets_503() {
         "{}",
         reply.text()
     );
-    assert!(
-        reply.text().contains("--upstream-max-requests-inflight=8"),
-        "{}",
-        reply.text()
-    );
+    assert_contains(&reply.text(), "--upstream-max-requests-inflight=8");
     assert_eq!(reply.header("retry-after"), Some("1"));
     drop(kept);
     drop(senders);

@@ -204,7 +204,7 @@ async fn a_kubeadm_node_goes_behind_the_proxy_with_the_shipped_files() {
     let mut probe = vec!["check-config".to_owned(), "--probe".to_owned()];
     probe.extend(args.iter().cloned());
     let done = run(&root.0, "probe", &probe).await;
-    assert_eq!(done.status.code(), Some(0), "{}", done.stderr);
+    done.assert_code(0);
     assert!(
         !done.stderr.contains("warning"),
         "the shipped files warn: {}",

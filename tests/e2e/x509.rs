@@ -8,8 +8,8 @@ use crate::support::answers::assert_unauthorized;
 use crate::support::client::{ForwardedIdentity, Identity, Reply, empty, request};
 use crate::support::harness::{Harness, ProxySpec};
 use crate::support::pki::{
-    Authority, BMP_STRING, COMMON_NAME_OID, CertSpec, OCTET_STRING, ORGANIZATION_OID, T61_STRING,
-    UTF8_STRING, Usage, Validity, sha256_hex,
+    Authority, BMP_STRING, COMMON_NAME_OID, CertSpec, Issued, OCTET_STRING, ORGANIZATION_OID,
+    T61_STRING, UTF8_STRING, Usage, Validity, sha256_hex,
 };
 
 const CREDENTIAL_ID: &str = "authentication.kubernetes.io/credential-id";
@@ -36,6 +36,13 @@ fn identity(name: &str, uid: &str, groups: &[&str], leaf: &[u8]) -> ForwardedIde
     }
 }
 
+/// Asserts that a request with `cert` reaches the kubelet as `name` with `uid` in `groups`, the
+/// certificate's hash as its credential id.
+async fn assert_seen_as(h: &Harness, cert: &Issued, name: &str, uid: &str, groups: &[&str]) {
+    let seen = call(h, Identity::of(cert)).await.echo().identity();
+    assert_eq!(seen, identity(name, uid, groups, cert.leaf()));
+}
+
 fn anonymous_identity() -> ForwardedIdentity {
     ForwardedIdentity {
         user: vec!["system:anonymous".to_owned()],
@@ -49,16 +56,7 @@ fn anonymous_identity() -> ForwardedIdentity {
 async fn x1_cn_and_organizations_become_user_and_groups() {
     let h = proxy().await;
     let cert = h.ca.issue(&CertSpec::client("alice").org("a").org("b"));
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(
-        seen,
-        identity(
-            "alice",
-            "",
-            &["a", "b", "system:authenticated"],
-            cert.leaf()
-        )
-    );
+    assert_seen_as(&h, &cert, "alice", "", &["a", "b", "system:authenticated"]).await;
 }
 
 #[tokio::test]
@@ -66,11 +64,7 @@ async fn x2_no_extended_key_usage_is_accepted() {
     let h = proxy().await;
     let cert =
         h.ca.issue(&CertSpec::client("bob").usage(Usage::Unrestricted));
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(
-        seen,
-        identity("bob", "", &["system:authenticated"], cert.leaf())
-    );
+    assert_seen_as(&h, &cert, "bob", "", &["system:authenticated"]).await;
 }
 
 #[tokio::test]
@@ -87,11 +81,7 @@ async fn x4_leaf_from_intermediate_with_chain_is_accepted() {
     let intermediate = h.ca.intermediate("e2e intermediate CA");
     let cert = intermediate.issue(&CertSpec::client("dave").org("ops"));
     assert_eq!(cert.chain.len(), 2, "leaf and intermediate are sent");
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(
-        seen,
-        identity("dave", "", &["ops", "system:authenticated"], cert.leaf())
-    );
+    assert_seen_as(&h, &cert, "dave", "", &["ops", "system:authenticated"]).await;
 }
 
 #[tokio::test]
@@ -149,11 +139,7 @@ async fn x9_two_uid_attributes_are_401() {
 async fn x10_one_uid_attribute_is_the_uid() {
     let h = proxy().await;
     let cert = h.ca.issue(&CertSpec::client("grace").uid("u-1"));
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(
-        seen,
-        identity("grace", "u-1", &["system:authenticated"], cert.leaf())
-    );
+    assert_seen_as(&h, &cert, "grace", "u-1", &["system:authenticated"]).await;
 }
 
 #[tokio::test]
@@ -161,24 +147,21 @@ async fn x11_node_certificate_is_a_node_identity() {
     let h = proxy().await;
     let cert =
         h.ca.issue(&CertSpec::client("system:node:n1").org("system:nodes"));
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(
-        seen,
-        identity(
-            "system:node:n1",
-            "",
-            &["system:nodes", "system:authenticated"],
-            cert.leaf()
-        )
-    );
+    assert_seen_as(
+        &h,
+        &cert,
+        "system:node:n1",
+        "",
+        &["system:nodes", "system:authenticated"],
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn x12_system_anonymous_cn_gets_no_authenticated_group() {
     let h = proxy().await;
     let cert = h.ca.issue(&CertSpec::client("system:anonymous"));
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(seen, identity("system:anonymous", "", &[], cert.leaf()));
+    assert_seen_as(&h, &cert, "system:anonymous", "", &[]).await;
 }
 
 /// BMPString "nobody", as a subject value.
@@ -189,11 +172,7 @@ async fn x13_the_last_common_name_wins_whatever_its_string_type() {
     let h = proxy().await;
     let cert =
         h.ca.issue(&CertSpec::client("reader").attribute(COMMON_NAME_OID, BMP_STRING, NOBODY_BMP));
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(
-        seen,
-        identity("nobody", "", &["system:authenticated"], cert.leaf())
-    );
+    assert_seen_as(&h, &cert, "nobody", "", &["system:authenticated"]).await;
 }
 
 #[tokio::test]
@@ -204,16 +183,14 @@ async fn x14_t61_and_bmp_organizations_are_groups_decoded_as_go_does() {
             .attribute(ORGANIZATION_OID, T61_STRING, b"Jos\xe9")
             .attribute(ORGANIZATION_OID, BMP_STRING, NOBODY_BMP),
     );
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(
-        seen,
-        identity(
-            "heidi",
-            "",
-            &["José", "nobody", "system:authenticated"],
-            cert.leaf()
-        )
-    );
+    assert_seen_as(
+        &h,
+        &cert,
+        "heidi",
+        "",
+        &["José", "nobody", "system:authenticated"],
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -234,11 +211,7 @@ async fn x15_a_subject_value_go_cannot_read_is_401_even_with_anonymous() {
 async fn x16_any_extended_key_usage_is_accepted() {
     let h = proxy().await;
     let cert = h.ca.issue(&CertSpec::client("bob").usage(Usage::Any));
-    let seen = call(&h, Identity::of(&cert)).await.echo().identity();
-    assert_eq!(
-        seen,
-        identity("bob", "", &["system:authenticated"], cert.leaf())
-    );
+    assert_seen_as(&h, &cert, "bob", "", &["system:authenticated"]).await;
 }
 
 #[tokio::test]

@@ -86,9 +86,13 @@ impl ProxySpec {
     /// [`ProxySpec::new`] with `--authorization-mode=AlwaysAllow` first: the set-up of every
     /// scenario about something other than who may do what.
     pub fn always_allow(args: &[&str]) -> ProxySpec {
-        let mut spec = ProxySpec::new(&["--authorization-mode=AlwaysAllow"]);
-        spec.args.extend(args.iter().map(|a| (*a).to_owned()));
-        spec
+        ProxySpec::new(&["--authorization-mode=AlwaysAllow"]).args(args)
+    }
+
+    /// Adds `args` after the flags given so far: a scenario's own flags on top of a helper's.
+    pub fn args(mut self, args: &[&str]) -> ProxySpec {
+        self.args.extend(args.iter().map(|a| (*a).to_owned()));
+        self
     }
 
     /// Reaches the stand-in kubelet this way.
@@ -178,10 +182,7 @@ impl ProxySpec {
             let bundle = std::iter::once(ca.pem())
                 .chain(self.extra_client_cas)
                 .collect::<String>();
-            args.push(format!(
-                "--client-ca-file={}",
-                dir.write(CLIENT_CA_FILE, bundle).display()
-            ));
+            args.push(dir.flag("--client-ca-file", CLIENT_CA_FILE, bundle));
         }
         if matches!(
             self.upstream,
@@ -195,22 +196,19 @@ impl ProxySpec {
             })
         {
             let identity = ca.issue(&CertSpec::client("kubelet-auth-proxy"));
-            args.push(format!(
-                "--upstream-client-cert-file={}",
-                dir.write("upstream-client.crt", identity.chain_pem())
-                    .display()
+            args.push(dir.flag(
+                "--upstream-client-cert-file",
+                "upstream-client.crt",
+                identity.chain_pem(),
             ));
-            args.push(format!(
-                "--upstream-client-key-file={}",
-                dir.write("upstream-client.key", identity.key_pem())
-                    .display()
+            args.push(dir.flag(
+                "--upstream-client-key-file",
+                "upstream-client.key",
+                identity.key_pem(),
             ));
         }
         if let Some(policy) = &self.policy {
-            args.push(format!(
-                "--authorization-policy-file={}",
-                dir.write(POLICY_FILE, policy).display()
-            ));
+            args.push(dir.flag("--authorization-policy-file", POLICY_FILE, policy));
         }
         if let Some(kubeconfig) = &self.kubeconfig {
             args.push(format!("--kubeconfig={}", kubeconfig.display()));
@@ -337,6 +335,12 @@ impl Harness {
     /// A client without a certificate.
     pub fn anonymous(&self) -> Client {
         self.client(Identity::None)
+    }
+
+    /// `GET target` with `token` as a bearer token and no client certificate: a caller known by
+    /// its token alone.
+    pub async fn bearer_get(&self, target: &str, token: &str) -> Reply {
+        self.anonymous().get_with_token(target, token).await
     }
 
     /// A client with a valid certificate for `name` in `groups`.

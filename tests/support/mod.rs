@@ -43,24 +43,40 @@ pub async fn within<F: Future>(what: &str, future: F) -> F::Output {
     }
 }
 
+/// Asserts that `text` contains `part`, showing all of `text` when it does not.
+#[track_caller]
+pub fn assert_contains(text: &str, part: &str) {
+    assert!(text.contains(part), "{part:?} not in:\n{text}");
+}
+
 /// How long a scenario waits for an effect that follows a change it made (a file reloaded, a
 /// readiness change): the effect is polled for, never slept for.
 pub const POLL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Calls `check` every 20 ms until it returns `Some`, for at most [`POLL_TIMEOUT`], panicking
 /// with `what` when it never does.
-pub async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
+pub async fn eventually<T, F, Fut>(what: &str, check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + POLL_TIMEOUT;
+    eventually_within(POLL_TIMEOUT, what, check).await
+}
+
+/// [`eventually`] with another bound, for an effect that takes longer than [`POLL_TIMEOUT`]
+/// (a real API server's watch on a shared machine).
+pub async fn eventually_within<T, F, Fut>(bound: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + bound;
     loop {
         if let Some(value) = check().await {
             return value;
         }
         if tokio::time::Instant::now() > deadline {
-            panic!("not within {POLL_TIMEOUT:?}: {what}");
+            panic!("not within {bound:?}: {what}");
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -91,6 +107,12 @@ impl TempDir {
         let path = self.path.join(name);
         std::fs::write(&path, contents).unwrap();
         path
+    }
+
+    /// Writes `contents` to `name` inside the directory and returns `<flag>=<path>`: a flag
+    /// naming a file the scenario wrote.
+    pub fn flag(&self, flag: &str, name: &str, contents: impl AsRef<[u8]>) -> String {
+        format!("{flag}={}", self.write(name, contents).display())
     }
 }
 

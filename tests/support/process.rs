@@ -36,6 +36,14 @@ pub struct Finished {
     pub stderr: String,
 }
 
+impl Finished {
+    /// Asserts that the run exited with `code`, showing its stderr when it did not.
+    #[track_caller]
+    pub fn assert_code(&self, code: i32) {
+        assert_eq!(self.status.code(), Some(code), "{}", self.stderr);
+    }
+}
+
 /// Runs the binary with `args` to completion (killed, and the test failed, after
 /// [`STEP_TIMEOUT`]).
 pub async fn run(dir: &TempDir, name: &str, args: &[String]) -> Finished {
@@ -304,14 +312,8 @@ fn serving_addresses_text(log: &str) -> Option<(SocketAddr, SocketAddr)> {
 /// `--tls-cert-file` and `--tls-private-key-file` naming them.
 pub fn serving_flags(dir: &TempDir, serving: &Issued) -> [String; 2] {
     [
-        format!(
-            "--tls-cert-file={}",
-            dir.write("tls.crt", serving.chain_pem()).display()
-        ),
-        format!(
-            "--tls-private-key-file={}",
-            dir.write("tls.key", serving.key_pem()).display()
-        ),
+        dir.flag("--tls-cert-file", "tls.crt", serving.chain_pem()),
+        dir.flag("--tls-private-key-file", "tls.key", serving.key_pem()),
     ]
 }
 

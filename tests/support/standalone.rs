@@ -45,14 +45,8 @@ impl Standalone {
         let serving = ca.issue(&CertSpec::server());
         let mut command_line = vec![
             format!("--upstream=https://{}", relay.addr()),
-            format!(
-                "--upstream-ca-file={}",
-                dir.write("ca.crt", ca.pem()).display()
-            ),
-            format!(
-                "--client-ca-file={}",
-                dir.write("client-ca.crt", ca.pem()).display()
-            ),
+            dir.flag("--upstream-ca-file", "ca.crt", ca.pem()),
+            dir.flag("--client-ca-file", "client-ca.crt", ca.pem()),
             "--listen-address=127.0.0.1:0".to_owned(),
             "--admin-listen-address=127.0.0.1:0".to_owned(),
             format!("--node-name={NODE_NAME}"),

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::format::{fmt_count, fmt_per_request, or_dash};
+use super::format::{fmt_count, fmt_per_request, fmt_times, or_dash};
 use super::records::ratio;
 use super::{Det, REFERENCE, Run};
 
@@ -55,42 +55,34 @@ pub(super) fn deterministic_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&s
     connections.sort_unstable();
     connections.dedup();
     let proxies = run.proxies();
+    let targets: Vec<&str> = proxies.iter().copied().chain([REFERENCE]).collect();
+    // A row for each case and connection count `row` has cells for, in the order of `setups` and
+    // `connections`.
+    let rows = |w: &mut String, row: &dyn Fn(&str, u64) -> Option<String>| {
+        for (setup, title) in setups {
+            for c in &connections {
+                if let Some(cells) = row(setup, *c) {
+                    let _ = writeln!(w, "| {title} | {c} |{cells}");
+                }
+            }
+        }
+    };
+    let named = |names: &[&str], suffix: &str| -> Vec<String> {
+        names.iter().map(|t| format!("{t}{suffix}")).collect()
+    };
 
     let _ = writeln!(w, "### Instructions per request\n");
-    let mut header = "| Case | Connections |".to_owned();
-    let mut rule = "|---|---:|".to_owned();
-    for p in &proxies {
-        let _ = write!(header, " {p} |");
-        rule.push_str("---:|");
-    }
-    let _ = write!(header, " {REFERENCE} |");
-    rule.push_str("---:|");
-    for p in &proxies {
-        let _ = write!(header, " {p} ÷ nginx |");
-        rule.push_str("---:|");
-    }
-    let _ = writeln!(w, "{header}\n{rule}");
-    for (setup, title) in setups {
-        for c in &connections {
-            let Some(reference) = run.det(setup, *c, REFERENCE) else {
-                continue;
-            };
-            let nginx = reference.instructions_per_request();
-            let mut row = format!("| {title} | {c} |");
-            let mut ratios = String::new();
-            for p in &proxies {
-                let ours = run.det(setup, *c, p);
-                let ir = ours.and_then(Det::instructions_per_request);
-                let _ = write!(row, " {} |", fmt_count(ir));
-                let _ = write!(
-                    ratios,
-                    " {} |",
-                    or_dash(ratio(ir, nginx).map(|r| format!("{r:.2}×")))
-                );
-            }
-            let _ = writeln!(w, "{row} {} |{ratios}", fmt_count(nginx));
-        }
-    }
+    table_head(
+        w,
+        &[named(&targets, ""), named(&proxies, " ÷ nginx")].concat(),
+    );
+    rows(w, &|setup, c| {
+        let nginx = run.det(setup, c, REFERENCE)?.instructions_per_request();
+        let ir = |p: &str| run.det(setup, c, p).and_then(Det::instructions_per_request);
+        let figures = proxies.iter().map(|p| fmt_count(ir(p)));
+        let ratios = proxies.iter().map(|p| fmt_times(ratio(ir(p), nginx)));
+        Some(cells(figures.chain([fmt_count(nginx)]).chain(ratios)))
+    });
 
     let _ = writeln!(
         w,
@@ -106,91 +98,56 @@ pub(super) fn deterministic_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&s
             .map(|n| (n / 5).to_string())
             .unwrap_or_default(),
     );
-    let mut header = "| Case | Connections |".to_owned();
-    let mut rule = "|---|---:|".to_owned();
-    for t in proxies.iter().copied().chain([REFERENCE]) {
-        let _ = write!(header, " {t}: per request |");
-        rule.push_str("---:|");
-    }
-    for p in &proxies {
-        let _ = write!(header, " {p} ÷ nginx |");
-        rule.push_str("---:|");
-    }
-    for t in proxies.iter().copied().chain([REFERENCE]) {
-        let _ = write!(header, " {t}: per connection |");
-        rule.push_str("---:|");
-    }
-    let _ = writeln!(w, "{header}\n{rule}");
-    for (setup, title) in setups {
-        for c in &connections {
-            let Some(reference) = run.det(setup, *c, REFERENCE) else {
-                continue;
-            };
-            let nginx = reference.marginal_instructions_per_request();
-            let mut row = format!("| {title} | {c} |");
-            for p in &proxies {
-                let ir = run
-                    .det(setup, *c, p)
-                    .and_then(Det::marginal_instructions_per_request);
-                let _ = write!(row, " {} |", fmt_count(ir));
-            }
-            let _ = write!(row, " {} |", fmt_count(nginx));
-            for p in &proxies {
-                let ir = run
-                    .det(setup, *c, p)
-                    .and_then(Det::marginal_instructions_per_request);
-                let _ = write!(
-                    row,
-                    " {} |",
-                    or_dash(ratio(ir, nginx).map(|r| format!("{r:.2}×")))
-                );
-            }
-            for t in proxies.iter().copied().chain([REFERENCE]) {
-                let per = run
-                    .det(setup, *c, t)
-                    .and_then(Det::instructions_per_connection);
-                let _ = write!(row, " {} |", fmt_count(per));
-            }
-            let _ = writeln!(w, "{row}");
-        }
-    }
+    let columns = [
+        named(&targets, ": per request"),
+        named(&proxies, " ÷ nginx"),
+        named(&targets, ": per connection"),
+    ];
+    table_head(w, &columns.concat());
+    rows(w, &|setup, c| {
+        let nginx = run
+            .det(setup, c, REFERENCE)?
+            .marginal_instructions_per_request();
+        let ir = |t: &str| {
+            run.det(setup, c, t)
+                .and_then(Det::marginal_instructions_per_request)
+        };
+        let per_connection = |t: &str| {
+            run.det(setup, c, t)
+                .and_then(Det::instructions_per_connection)
+        };
+        let figures = targets.iter().map(|t| fmt_count(ir(t)));
+        let ratios = proxies.iter().map(|p| fmt_times(ratio(ir(p), nginx)));
+        let per_connections = targets.iter().map(|t| fmt_count(per_connection(t)));
+        Some(cells(figures.chain(ratios).chain(per_connections)))
+    });
 
     let _ = writeln!(
         w,
         "\n### Context switches and syscalls per request\n\n\
          *Switches*: voluntary + nonvoluntary, per request.\n"
     );
-    let targets: Vec<&str> = proxies.iter().copied().chain([REFERENCE]).collect();
-    let mut header = "| Case | Connections |".to_owned();
-    let mut rule = "|---|---:|".to_owned();
-    for t in &targets {
-        let _ = write!(header, " {t}: switches | {t}: syscalls |");
-        rule.push_str("---:|---:|");
-    }
-    let _ = writeln!(w, "{header}\n{rule}");
-    for (setup, title) in setups {
-        for c in &connections {
-            if !targets.iter().any(|t| run.det(setup, *c, t).is_some()) {
-                continue;
-            }
-            let mut row = format!("| {title} | {c} |");
-            for t in &targets {
-                match run.det(setup, *c, t) {
-                    Some(d) => {
-                        let _ = write!(
-                            row,
-                            " {} + {} | {} |",
-                            fmt_per_request(d.voluntary_per_request()),
-                            fmt_per_request(d.nonvoluntary_per_request()),
-                            fmt_per_request(d.syscalls_per_request())
-                        );
-                    }
-                    None => row.push_str(" | |"),
-                }
-            }
-            let _ = writeln!(w, "{row}");
-        }
-    }
+    let columns: Vec<[String; 2]> = targets
+        .iter()
+        .map(|t| [format!("{t}: switches"), format!("{t}: syscalls")])
+        .collect();
+    table_head(w, &columns.concat());
+    rows(w, &|setup, c| {
+        let dets: Vec<Option<&Det>> = targets.iter().map(|t| run.det(setup, c, t)).collect();
+        dets.iter().any(Option::is_some).then(|| {
+            dets.iter()
+                .map(|det| match det {
+                    Some(d) => format!(
+                        " {} + {} | {} |",
+                        fmt_per_request(d.voluntary_per_request()),
+                        fmt_per_request(d.nonvoluntary_per_request()),
+                        fmt_per_request(d.syscalls_per_request())
+                    ),
+                    None => " | |".to_owned(),
+                })
+                .collect()
+        })
+    });
 
     let mut notes = Vec::new();
     for d in &run.dets {
@@ -237,4 +194,19 @@ pub(super) fn deterministic_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&s
         }
         let _ = writeln!(w);
     }
+}
+
+/// The head of a table whose rows are a case and a connection count, then `columns` of figures.
+fn table_head(w: &mut String, columns: &[String]) {
+    let rule = "---:|".repeat(columns.len());
+    let _ = writeln!(
+        w,
+        "| Case | Connections |{}\n|---|---:|{rule}",
+        cells(columns.iter())
+    );
+}
+
+/// Table cells after the first, each ` value |`.
+fn cells(values: impl IntoIterator<Item = impl std::fmt::Display>) -> String {
+    values.into_iter().map(|v| format!(" {v} |")).collect()
 }

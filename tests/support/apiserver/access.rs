@@ -97,6 +97,16 @@ impl Verdict {
         }
     }
 
+    /// [`Verdict::allow`] when `allowed`, else [`Verdict::no_opinion`]: the rule of a stand-in
+    /// that allows some callers and leaves the rest to the next authorizer.
+    pub fn allow_when(allowed: bool) -> Verdict {
+        if allowed {
+            Verdict::allow()
+        } else {
+            Verdict::no_opinion()
+        }
+    }
+
     /// Both allowed and denied: a response the webhook authorizer must treat as an error.
     pub fn allowed_and_denied() -> Verdict {
         Verdict {

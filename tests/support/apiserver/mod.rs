@@ -250,6 +250,14 @@ struct Running {
 }
 
 impl ApiServer {
+    /// [`ApiServer::start`], then rules that allow every review: the stand-in of a scenario about
+    /// something other than who may do what.
+    pub async fn start_allowing() -> ApiServer {
+        let api = ApiServer::start().await;
+        api.set_rules(|_| Verdict::allow());
+        api
+    }
+
     /// Starts on `127.0.0.1:<free port>` with its own CA, no tokens, and rules that have no
     /// opinion about anything.
     pub async fn start() -> ApiServer {

@@ -16,18 +16,14 @@ use serde_json::json;
 
 use super::*;
 use crate::support::client::{Client, Identity, empty, request};
+use crate::support::real_apiserver::client_of;
 
 const CLUSTER_ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
 
 type Events<K> = Pin<Box<dyn Stream<Item = Result<Event<K>, watcher::Error>> + Send>>;
 
 async fn kube_client(api: &ApiServer) -> kube::Client {
-    let kubeconfig =
-        kube::config::Kubeconfig::read_from(api.kubeconfig(Flavour::ClientCertificate)).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .unwrap();
-    kube::Client::try_from(config).unwrap()
+    client_of(&api.kubeconfig(Flavour::ClientCertificate)).await
 }
 
 fn proxy_client(api: &ApiServer) -> Client {
@@ -59,6 +55,29 @@ fn role(namespace: &str, name: &str) -> Value {
 /// A watcher over every ClusterRole, as the RBAC authorizer starts one.
 fn watch_cluster_roles(client: kube::Client, config: watcher::Config) -> Events<ClusterRole> {
     kube::runtime::watcher(Api::<ClusterRole>::all(client), config).boxed()
+}
+
+/// The ClusterRoles `names` (each granting `get`), then a watcher over them with kube's default
+/// configuration, past its initial list (which must name them in order, without an error) and
+/// watching: what each watch scenario starts from.
+async fn watching(api: &ApiServer, names: &[&str]) -> Events<ClusterRole> {
+    for name in names {
+        api.apply_rbac(cluster_role(name, &["get"]));
+    }
+    let mut events = watch_cluster_roles(
+        kube_client(api).await,
+        watcher::Config::default().any_semantic(),
+    );
+    let listed = names.iter().map(|name| format!("InitApply {name}"));
+    let expected: Vec<String> = std::iter::once("Init".to_owned())
+        .chain(listed)
+        .chain(["InitDone".to_owned()])
+        .collect();
+    for expected in expected {
+        assert_eq!(describe(&next(&mut events).await.unwrap()), expected);
+    }
+    until_watching(&mut events, api, RbacKind::ClusterRole, 1).await;
+    events
 }
 
 async fn next<K>(events: &mut Events<K>) -> Result<Event<K>, watcher::Error> {
@@ -314,16 +333,7 @@ async fn refusals_unauthenticated_unavailable_and_slow_lists() {
 #[tokio::test]
 async fn the_watcher_lists_then_follows_changes() {
     let api = ApiServer::start().await;
-    api.apply_rbac(cluster_role("a", &["get"]));
-    api.apply_rbac(cluster_role("b", &["get"]));
-    let mut events = watch_cluster_roles(
-        kube_client(&api).await,
-        watcher::Config::default().any_semantic(),
-    );
-    for expected in ["Init", "InitApply a", "InitApply b", "InitDone"] {
-        assert_eq!(describe(&next(&mut events).await.unwrap()), expected);
-    }
-    until_watching(&mut events, &api, RbacKind::ClusterRole, 1).await;
+    let mut events = watching(&api, &["a", "b"]).await;
     api.apply_rbac(role("ns-a", "unseen"));
     let changed = api.apply_rbac(cluster_role("a", &["get", "list"]));
     api.apply_rbac(cluster_role("c", &["get"]));
@@ -345,15 +355,7 @@ async fn the_watcher_lists_then_follows_changes() {
 #[tokio::test]
 async fn a_cut_watch_resumes_from_its_last_version_without_a_relist() {
     let api = ApiServer::start().await;
-    api.apply_rbac(cluster_role("a", &["get"]));
-    let mut events = watch_cluster_roles(
-        kube_client(&api).await,
-        watcher::Config::default().any_semantic(),
-    );
-    for expected in ["Init", "InitApply a", "InitDone"] {
-        assert_eq!(next_event(&mut events).await, expected);
-    }
-    until_watching(&mut events, &api, RbacKind::ClusterRole, 1).await;
+    let mut events = watching(&api, &["a"]).await;
     let last = api.apply_rbac(cluster_role("b", &["get"]));
     assert_eq!(next_event(&mut events).await, "Apply b");
     api.drop_rbac_watches();
@@ -370,15 +372,7 @@ async fn a_cut_watch_resumes_from_its_last_version_without_a_relist() {
 #[tokio::test]
 async fn compaction_answers_410_and_the_watcher_relists_once() {
     let api = ApiServer::start().await;
-    api.apply_rbac(cluster_role("a", &["get"]));
-    let mut events = watch_cluster_roles(
-        kube_client(&api).await,
-        watcher::Config::default().any_semantic(),
-    );
-    for expected in ["Init", "InitApply a", "InitDone"] {
-        assert_eq!(next_event(&mut events).await, expected);
-    }
-    until_watching(&mut events, &api, RbacKind::ClusterRole, 1).await;
+    let mut events = watching(&api, &["a"]).await;
     api.drop_rbac_watches();
     let added = api.apply_rbac(cluster_role("b", &["get"]));
     api.compact_rbac_history();
@@ -425,14 +419,7 @@ async fn compaction_answers_410_and_the_watcher_relists_once() {
 #[tokio::test]
 async fn bookmarks_advance_the_version_a_watch_resumes_from() {
     let api = ApiServer::start().await;
-    let mut events = watch_cluster_roles(
-        kube_client(&api).await,
-        watcher::Config::default().any_semantic(),
-    );
-    for expected in ["Init", "InitDone"] {
-        assert_eq!(next_event(&mut events).await, expected);
-    }
-    until_watching(&mut events, &api, RbacKind::ClusterRole, 1).await;
+    let mut events = watching(&api, &[]).await;
     // Changes to other kinds move the version on; only a bookmark tells the watcher.
     let moved = api.apply_rbac(role("ns-a", "reader"));
     api.rbac_bookmark();

@@ -11,6 +11,7 @@ use serde_json::json;
 
 use super::*;
 use crate::support::client::{Client, Identity, Reply, request};
+use crate::support::real_apiserver::client_of;
 use http_body_util::Full;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
@@ -415,49 +416,31 @@ async fn kube_client_reads_the_kubeconfigs_and_speaks_the_wire_format() {
     let api = ApiServer::start().await;
     api.add_token("tok", TokenUser::new("bob").groups(&["g1"]));
     api.set_rules(|review| {
-        if review.user == PROXY_IDENTITY && review.subresource == "proxy" {
-            Verdict::allow()
-        } else {
-            Verdict::no_opinion()
-        }
+        Verdict::allow_when(review.user == PROXY_IDENTITY && review.subresource == "proxy")
     });
     for flavour in [Flavour::ClientCertificate, Flavour::Token] {
-        let kubeconfig = kube::config::Kubeconfig::read_from(api.kubeconfig(flavour)).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .unwrap();
-        let client = kube::Client::try_from(config).unwrap();
+        let client = client_of(&api.kubeconfig(flavour)).await;
         let reviews: Api<TokenReview> = Api::all(client.clone());
-        let review = TokenReview {
-            spec: TokenReviewSpec {
-                token: "tok".to_owned(),
-                audiences: None,
-            },
-            ..Default::default()
+        // Creates a TokenReview of `token` through kube's typed API.
+        let create = |token: &str| {
+            let review = TokenReview {
+                spec: TokenReviewSpec {
+                    token: token.to_owned(),
+                    audiences: None,
+                },
+                ..Default::default()
+            };
+            let reviews = reviews.clone();
+            async move { reviews.create(&PostParams::default(), &review).await }
         };
-        let answered = within(
-            "kube TokenReview",
-            reviews.create(&PostParams::default(), &review),
-        )
-        .await
-        .unwrap();
+        let answered = within("kube TokenReview", create("tok")).await.unwrap();
         let status = answered.status.unwrap();
         assert_eq!(status.authenticated, Some(true));
         assert_eq!(status.user.unwrap().groups, Some(vec!["g1".to_owned()]));
 
-        let empty = TokenReview {
-            spec: TokenReviewSpec {
-                token: String::new(),
-                audiences: None,
-            },
-            ..Default::default()
-        };
-        let error = within(
-            "kube empty TokenReview",
-            reviews.create(&PostParams::default(), &empty),
-        )
-        .await
-        .unwrap_err();
+        let error = within("kube empty TokenReview", create(""))
+            .await
+            .unwrap_err();
         match error {
             kube::Error::Api(status) => {
                 assert_eq!(status.code, 400);
