@@ -128,10 +128,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
         tokio::select! {
             stop = wait_for_signal() => {
                 stop?;
-                tracing::info!("shutting down");
-                if let Err(e) = server::systemd::notify_stopping() {
-                    tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
-                }
+                stopping("shutting down");
                 break;
             }
             _ = upgrade.recv() => {
@@ -149,10 +146,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                     // A stop meanwhile wins: the new process is killed on the way out.
                     stop = wait_for_signal() => {
                         stop?;
-                        tracing::info!("shutting down during an upgrade in place");
-                        if let Err(e) = server::systemd::notify_stopping() {
-                            tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
-                        }
+                        stopping("shutting down during an upgrade in place");
                         break;
                     }
                 };
@@ -178,6 +172,14 @@ pub async fn run(config: Services) -> Result<(), StartError> {
     }
     proxy.shutdown().await;
     Ok(())
+}
+
+/// Says `why` the proxy stops, in the log and to systemd.
+fn stopping(why: &str) {
+    tracing::info!("{why}");
+    if let Err(e) = server::systemd::notify_stopping() {
+        tracing::warn!(error = %e, "cannot tell systemd the proxy is stopping");
+    }
 }
 
 /// Resolves on the first SIGINT or SIGTERM.

@@ -47,14 +47,14 @@ pub struct Readiness {
 #[derive(Clone)]
 pub struct Hold {
     /// `/readyz`'s answer while it holds.
-    pub reason: &'static str,
+    pub reason: Arc<str>,
     /// Whether it still holds.
     pub holds: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
 impl Readiness {
     /// Why the proxy is not ready, if it is not.
-    fn not_ready(&self) -> Option<&'static str> {
+    fn not_ready(&self) -> Option<&str> {
         if self.draining.is_cancelled() {
             Some("shutting down")
         } else if !self.listening.load(Ordering::Acquire)
@@ -62,7 +62,7 @@ impl Readiness {
         {
             Some("waiting for --listen-address: another process holds it")
         } else if let Some(hold) = self.hold.as_ref().filter(|hold| (hold.holds)()) {
-            Some(hold.reason)
+            Some(&hold.reason)
         } else {
             None
         }
@@ -195,7 +195,7 @@ impl AdminSocket {
 fn respond(
     req: &Request<Incoming>,
     metrics: &Registry,
-    not_ready: Option<&'static str>,
+    not_ready: Option<&str>,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
         (&Method::GET | &Method::HEAD, "/healthz") => {

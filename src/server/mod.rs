@@ -183,7 +183,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         standing_by: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         draining: shutdown.draining().clone(),
         hold: config.decider.authorizers.rbac().map(|rbac| admin::listener::Hold {
-            reason: "waiting for the RBAC authorizer's first list of roles and bindings (at most 30s)",
+            reason: crate::authz::live_rbac::not_ready_reason().into(),
             holds: Arc::new(move || rbac.holds_readiness()),
         }),
     };

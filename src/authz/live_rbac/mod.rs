@@ -67,6 +67,14 @@ pub const DEFAULT_START_JITTER: Duration = Duration::from_secs(5);
 /// has no opinion meanwhile; later authorizers decide).
 pub const READY_WAIT: Duration = Duration::from_secs(30);
 
+/// What `/readyz` answers while [`RbacAuthorizer::holds_readiness`].
+pub fn not_ready_reason() -> String {
+    format!(
+        "waiting for the RBAC authorizer's first list of roles and bindings (at most {}s)",
+        READY_WAIT.as_secs()
+    )
+}
+
 /// How the `RBAC` authorizer is set up.
 #[derive(Clone)]
 pub struct RbacSettings {
