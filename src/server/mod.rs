@@ -182,10 +182,14 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         listening: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         standing_by: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         draining: shutdown.draining().clone(),
-        hold: config.decider.authorizers.rbac().map(|rbac| admin::listener::Hold {
-            reason: crate::authz::live_rbac::not_ready_reason().into(),
-            holds: Arc::new(move || rbac.holds_readiness()),
-        }),
+        hold: config
+            .decider
+            .authorizers
+            .rbac()
+            .map(|rbac| admin::listener::Hold {
+                reason: crate::authz::live_rbac::not_ready_reason().into(),
+                holds: Arc::new(move || rbac.holds_readiness()),
+            }),
     };
     // This process's own admin socket before any address: the exec probes reach it while the
     // addresses are still held (by the kubelet, or a previous version this one stands by for).

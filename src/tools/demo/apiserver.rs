@@ -23,7 +23,7 @@ use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewStatus, UserI
 use k8s_openapi::api::authorization::v1::{SubjectAccessReview, SubjectAccessReviewStatus};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
 /// The one bearer token TokenReview accepts: a service account token of Grafana's.
@@ -90,40 +90,30 @@ impl Drop for StandInApiServer {
     }
 }
 
+/// Serves TLS connections on `listener` until `stop`.
 async fn accept_loop(
     listener: TcpListener,
     tls: TlsAcceptor,
     counts: Arc<Counts>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => {
-                    let (tls, counts) = (tls.clone(), Arc::clone(&counts));
-                    connections.spawn(async move {
-                        let Ok(Ok(stream)) =
-                            tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await
-                        else {
-                            return;
-                        };
-                        let service = service_fn(move |req| {
-                            let counts = Arc::clone(&counts);
-                            async move { Ok::<_, Infallible>(answer(req, &counts).await) }
-                        });
-                        let _ = auto::Builder::new(TokioExecutor::new())
-                            .serve_connection(TokioIo::new(stream), service)
-                            .await;
-                    });
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
+    super::accept::until_stopped(listener, stop, |tcp| {
+        let (tls, counts) = (tls.clone(), Arc::clone(&counts));
+        async move {
+            let Ok(Ok(stream)) = tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.accept(tcp)).await
+            else {
+                return;
+            };
+            let service = service_fn(move |req| {
+                let counts = Arc::clone(&counts);
+                async move { Ok::<_, Infallible>(answer(req, &counts).await) }
+            });
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
         }
-    }
-    connections.shutdown().await;
+    })
+    .await;
 }
 
 async fn answer(req: Request<Incoming>, counts: &Counts) -> Response<Full<Bytes>> {

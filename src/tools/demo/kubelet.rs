@@ -27,9 +27,10 @@ use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
 
+use super::accept::Listen;
 use crate::base::wire::is_upgrade_request;
 use crate::forward::UpstreamTarget;
 
@@ -170,8 +171,10 @@ enum Accepted {
     Unix(UnixStream),
 }
 
-impl Listener {
-    async fn accept(&self) -> io::Result<Accepted> {
+impl Listen for Listener {
+    type Connection = Accepted;
+
+    async fn next(&self) -> io::Result<Accepted> {
         match self {
             Listener::Tcp(l, tls) => Ok(Accepted::Tcp(l.accept().await?.0, tls.clone())),
             Listener::Unix(l) => Ok(Accepted::Unix(l.accept().await?.0)),
@@ -195,22 +198,9 @@ impl Accepted {
 }
 
 /// Accepts connections until told to stop, then aborts the connection tasks it spawned.
-async fn accept_loop(listener: Listener, mut stop: watch::Receiver<bool>) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => {
-                    connections.spawn(conn.serve(stop.clone()));
-                }
-                // Transient accept errors (e.g. too many open files): back off briefly.
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-        }
-    }
-    connections.shutdown().await;
+async fn accept_loop(listener: Listener, stop: watch::Receiver<bool>) {
+    let serving = stop.clone();
+    super::accept::until_stopped(listener, stop, |conn| conn.serve(serving.clone())).await;
 }
 
 /// Serves one connection (HTTP/1.1 with upgrades, or h2) until it closes or the stand-in stops.

@@ -2,6 +2,7 @@
 //! throwaway certificates and a local policy, toured by several identities. Every piece is the
 //! production one except the kubelet; the tour doubles as a smoke test (`--once`).
 
+pub mod accept;
 pub mod apiserver;
 pub mod kubelet;
 pub mod pki;

@@ -7,7 +7,6 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
@@ -19,10 +18,10 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use kubelet_auth_proxy::tools::demo::accept::until_stopped;
 use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
-use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use x509_parser::prelude::FromDer;
 
@@ -54,23 +53,12 @@ async fn accept_loop(
     listener: TcpListener,
     acceptor: TlsAcceptor,
     shared: Arc<Shared>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let mut connections = JoinSet::new();
-    loop {
-        tokio::select! {
-            _ = stop.changed() => break,
-            Some(_) = connections.join_next(), if !connections.is_empty() => {}
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => {
-                    connections.spawn(serve(tcp, acceptor.clone(), shared.clone()));
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
-            },
-        }
-    }
-    drop(listener);
-    connections.shutdown().await;
+    until_stopped(listener, stop, |tcp| {
+        serve(tcp, acceptor.clone(), shared.clone())
+    })
+    .await;
 }
 
 async fn serve(tcp: TcpStream, acceptor: TlsAcceptor, shared: Arc<Shared>) {
