@@ -216,15 +216,7 @@ fn attributes<'a>(
     subresource: &'a str,
     path: &'a str,
 ) -> Attributes<'a> {
-    Attributes {
-        user,
-        verb,
-        namespace: "",
-        resource: "nodes",
-        subresource,
-        name: NODE,
-        path,
-    }
+    Attributes::node(user, verb, subresource, NODE, path)
 }
 
 fn policy_evaluation(c: &mut Criterion) {

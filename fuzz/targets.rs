@@ -204,15 +204,7 @@ pub fn rbac_manifest(data: &[u8]) {
     for user in policy_users() {
         for verb in ["get", "create", ""] {
             for subresource in ["proxy", "stats", "log"] {
-                let attrs = Attributes {
-                    user,
-                    verb,
-                    namespace: "",
-                    resource: "nodes",
-                    subresource,
-                    name: "node-1",
-                    path: "/stats/summary",
-                };
+                let attrs = Attributes::node(user, verb, subresource, "node-1", "/stats/summary");
                 match policy.authorize(&attrs) {
                     Decision::Deny(reason) => panic!("Policy denied {attrs:?}: {reason}"),
                     Decision::Allow(reason) => assert!(!reason.to_string().is_empty()),

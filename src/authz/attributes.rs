@@ -10,7 +10,7 @@ use std::slice;
 use http::Method;
 
 use crate::authn::User;
-use crate::authz::{Attributes, RESOURCE};
+use crate::authz::Attributes;
 
 /// The Kubernetes verb for an HTTP method, compared exactly as the kubelet does.
 ///
@@ -277,15 +277,9 @@ impl KubeletAttributes {
         node_name: &'a str,
         path: &'a str,
     ) -> impl Iterator<Item = Attributes<'a>> + 'a {
-        self.subresources.iter().map(move |subresource| Attributes {
-            user,
-            verb: self.verb,
-            namespace: "",
-            resource: RESOURCE,
-            subresource,
-            name: node_name,
-            path,
-        })
+        self.subresources
+            .iter()
+            .map(move |subresource| Attributes::node(user, self.verb, subresource, node_name, path))
     }
 }
 

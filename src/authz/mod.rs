@@ -59,6 +59,28 @@ pub struct Attributes<'a> {
     pub path: &'a str,
 }
 
+impl<'a> Attributes<'a> {
+    /// One of the kubelet's own sets: `verb` on `nodes/<subresource>` of the Node `node`, for the
+    /// decoded `path`.
+    pub fn node(
+        user: &'a User,
+        verb: &'a str,
+        subresource: &'a str,
+        node: &'a str,
+        path: &'a str,
+    ) -> Attributes<'a> {
+        Attributes {
+            user,
+            verb,
+            namespace: "",
+            resource: RESOURCE,
+            subresource,
+            name: node,
+            path,
+        }
+    }
+}
+
 /// Why an authorizer decided as it did. Never shown to clients (the kubelet discards it); it goes
 /// to logs, audit and `explain`.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -424,15 +424,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn attrs<'a>(user: &'a User, verb: &'a str, subresource: &'a str) -> Attributes<'a> {
-        Attributes {
-            user,
-            verb,
-            namespace: "",
-            resource: "nodes",
-            subresource,
-            name: "worker-1",
-            path: "/pods",
-        }
+        Attributes::node(user, verb, subresource, "worker-1", "/pods")
     }
 
     #[test]

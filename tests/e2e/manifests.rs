@@ -246,15 +246,7 @@ fn the_shipped_policies_load_and_grant_what_their_comments_say() {
         (&stranger, "get", "healthz", false),
     ];
     for (user, verb, subresource, allowed) in cases {
-        let decision = policy.authorize(&Attributes {
-            user,
-            verb,
-            namespace: "",
-            resource: "nodes",
-            subresource,
-            name: "node-1",
-            path: "/",
-        });
+        let decision = policy.authorize(&Attributes::node(user, verb, subresource, "node-1", "/"));
         assert_eq!(
             matches!(decision, Decision::Allow(_)),
             *allowed,
