@@ -106,22 +106,18 @@ pub fn bad_gateway(reason: &str) -> Response<ResponseBody> {
 /// 429 for a request of a user that already has its share of requests in flight to the kubelet;
 /// `Retry-After: 1`, as kube-apiserver's priority and fairness answers.
 pub fn too_many_requests(reason: &str) -> Response<ResponseBody> {
-    let mut response = text(
-        StatusCode::TOO_MANY_REQUESTS,
-        format!("Too Many Requests: {reason}\n"),
-    );
-    response
-        .headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    response
+    retry_in_a_second(StatusCode::TOO_MANY_REQUESTS, reason)
 }
 
 /// 503 when every place for requests to the kubelet stayed taken; `Retry-After: 1`.
 pub fn service_unavailable(reason: &str) -> Response<ResponseBody> {
-    let mut response = text(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!("Service Unavailable: {reason}\n"),
-    );
+    retry_in_a_second(StatusCode::SERVICE_UNAVAILABLE, reason)
+}
+
+/// `status` with the body `<its reason phrase>: <reason>` and `Retry-After: 1`.
+fn retry_in_a_second(status: StatusCode, reason: &str) -> Response<ResponseBody> {
+    let phrase = status.canonical_reason().unwrap_or_default();
+    let mut response = text(status, format!("{phrase}: {reason}\n"));
     response
         .headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from_static("1"));

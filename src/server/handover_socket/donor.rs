@@ -224,12 +224,8 @@ async fn answer(
         );
         return Ok(None);
     }
-    let asked = tokio::time::timeout(ANSWER_TIMEOUT, wire::read_line(&mut asker))
-        .await
-        .map_err(|_| DonorError::Timeout {
-            pid,
-            waited: ANSWER_TIMEOUT,
-        })?
+    let asked = read_line_within(&mut asker, pid, ANSWER_TIMEOUT)
+        .await?
         .map_err(DonorError::Io)?;
     if asked != ASK.strip_suffix(b"\n").unwrap_or(ASK) {
         return Err(DonorError::Protocol {
@@ -247,12 +243,8 @@ async fn answer(
     wire::send_sockets(&mut asker, &sockets.named())
         .await
         .map_err(DonorError::Io)?;
-    let said = tokio::time::timeout(READY_TIMEOUT, wire::read_line(&mut asker))
-        .await
-        .map_err(|_| DonorError::Timeout {
-            pid,
-            waited: READY_TIMEOUT,
-        })?
+    let said = read_line_within(&mut asker, pid, READY_TIMEOUT)
+        .await?
         .map_err(|source| DonorError::Exited { pid, source })?;
     if said == SERVING.strip_suffix(b"\n").unwrap_or(SERVING) {
         Ok(Some(pid))
@@ -262,4 +254,16 @@ async fn answer(
             said: String::from_utf8_lossy(&said).chars().take(80).collect(),
         })
     }
+}
+
+/// The next line the asker (`pid`) says, read for at most `waited`: [`DonorError::Timeout`]
+/// past it, and what reading said otherwise.
+async fn read_line_within(
+    asker: &mut UnixStream,
+    pid: i32,
+    waited: std::time::Duration,
+) -> Result<std::io::Result<Vec<u8>>, DonorError> {
+    tokio::time::timeout(waited, wire::read_line(asker))
+        .await
+        .map_err(|_| DonorError::Timeout { pid, waited })
 }
