@@ -43,6 +43,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, MapExpr, StructExpr};
 use cel::common::types::{CelList, CelMap, CelMapKey, CelString};
 use cel::common::value::Val;
 use cel::{Context, Env, ExecutionError, ParseErrors, Program, Value};
@@ -56,6 +57,12 @@ pub use cost::{PER_CALL_LIMIT, STATIC_ESTIMATED_COST_LIMIT};
 pub const MAX_CONDITIONS: usize = 64;
 /// cel-go's parser limit on an expression's length, in code points, which kube-apiserver keeps.
 pub const MAX_EXPRESSION_CODE_POINTS: usize = 100_000;
+
+/// How deep an expression may nest (its syntax tree's height): cel-go's parser recursion limit,
+/// which kube-apiserver keeps. Deeper expressions are refused before anything walks them: the
+/// load check, the cost estimate and the evaluation all recurse, and 250 levels of each fit a
+/// 2 MiB thread stack many times over.
+pub const MAX_NESTING_DEPTH: usize = 250;
 
 /// The name of the one variable.
 const REQUEST: &str = "request";
@@ -114,7 +121,10 @@ pub enum ConditionsError {
         index: usize,
     },
     /// The same expression twice.
-    #[error("webhook.matchConditions[{index}].expression {expression:?} duplicates an earlier one")]
+    #[error(
+        "webhook.matchConditions[{index}].expression {} duplicates an earlier one",
+        quoted(expression)
+    )]
     Duplicate {
         /// Its position.
         index: usize,
@@ -122,7 +132,10 @@ pub enum ConditionsError {
         expression: String,
     },
     /// An expression that does not compile.
-    #[error("webhook.matchConditions[{index}].expression {expression:?}: {source}")]
+    #[error(
+        "webhook.matchConditions[{index}].expression {}: {source}",
+        quoted(expression)
+    )]
     Invalid {
         /// Its position.
         index: usize,
@@ -132,6 +145,19 @@ pub enum ConditionsError {
         #[source]
         source: CompileError,
     },
+}
+
+/// An expression as an error quotes it: whole up to 200 code points; longer, its start and its
+/// length, so that an error about a huge expression stays a readable line.
+fn quoted(expression: &str) -> String {
+    match expression.char_indices().nth(200) {
+        None => format!("{expression:?}"),
+        Some((end, _)) => format!(
+            "{:?}… ({} code points)",
+            &expression[..end],
+            expression.chars().count()
+        ),
+    }
 }
 
 /// Why one expression does not compile. Every message is one line: it ends up in a configuration
@@ -146,6 +172,27 @@ pub enum CompileError {
     /// Not CEL.
     #[error("compilation failed: {}", syntax_errors(.0))]
     Syntax(#[source] ParseErrors),
+    /// Nested deeper than [`MAX_NESTING_DEPTH`].
+    #[error(
+        "compilation failed: expression nesting depth exceeds the limit of {MAX_NESTING_DEPTH} \
+         (cel-go's parser recursion limit, which kube-apiserver keeps); a long chain of || or == \
+         is one level each: test membership with `in [...]` instead"
+    )]
+    TooDeep,
+    /// No thread could be started to compile on.
+    #[error(
+        "compilation failed: cannot start a thread with a {stack}-byte stack to compile on: {source}"
+    )]
+    Thread {
+        /// The stack asked for.
+        stack: usize,
+        /// What the system said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The compiler panicked (a bug in it): the expression is refused.
+    #[error("compilation failed: the CEL compiler failed on this expression")]
+    Panicked,
     /// A name that is neither `request` nor a comprehension's variable nor a type.
     #[error("compilation failed: undeclared reference to '{0}' (the only variable is request)")]
     UndeclaredReference(String),
@@ -482,14 +529,47 @@ pub fn request_value(spec: &SubjectAccessReviewSpec) -> CelMap<'_> {
     map(request)
 }
 
+/// Stack for compiling an expression: a base, and more per code point of it.
+const COMPILE_STACK_BASE: usize = 8 << 20;
+/// cel-rust's parser recurses once per link of a chain, and a link can be two characters (`.a`,
+/// `+1`); measured in a debug build it takes under 2 KiB of stack a character. Brackets, which
+/// take more a level, are bounded before parsing ([`bracket_depth`]).
+const COMPILE_STACK_PER_CODE_POINT: usize = 4 << 10;
+
 /// Compiles one expression, checks what can be checked without a type checker and estimates its
 /// worst-case cost, which must be within [`STATIC_ESTIMATED_COST_LIMIT`].
+///
+/// An expression within [`MAX_EXPRESSION_CODE_POINTS`] can nest tens of thousands of levels
+/// deep, and cel-rust's parser recurses once per level: the parse runs on a thread of its own
+/// whose stack grows with the expression's length (reserved, and touched only as deep as the
+/// parser goes), and a syntax tree deeper than [`MAX_NESTING_DEPTH`] is refused, and dropped,
+/// there too. What comes back is shallow enough for any thread.
 fn compile(expression: &str) -> Result<(Program, u64), CompileError> {
     let size = expression.chars().count();
     if size > MAX_EXPRESSION_CODE_POINTS {
         return Err(CompileError::TooLong(size));
     }
+    if bracket_depth(expression) > MAX_NESTING_DEPTH {
+        return Err(CompileError::TooDeep);
+    }
+    let stack = COMPILE_STACK_BASE + size * COMPILE_STACK_PER_CODE_POINT;
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("cel-compile".to_owned())
+            .stack_size(stack)
+            .spawn_scoped(scope, || compile_here(expression))
+            .map_err(|source| CompileError::Thread { stack, source })?
+            .join()
+            .map_err(|_| CompileError::Panicked)?
+    })
+}
+
+/// [`compile`], on the thread it runs on.
+fn compile_here(expression: &str) -> Result<(Program, u64), CompileError> {
     let program = ENV.compile(expression).map_err(CompileError::Syntax)?;
+    if exceeds_depth(program.expression(), MAX_NESTING_DEPTH) {
+        return Err(CompileError::TooDeep);
+    }
     match check(program.expression(), &mut Vec::new())? {
         Shape::Bool | Shape::Dyn => {}
         other => return Err(CompileError::NotBool(other.name())),
@@ -502,6 +582,90 @@ fn compile(expression: &str) -> Result<(Program, u64), CompileError> {
         });
     }
     Ok((program, estimate))
+}
+
+/// The deepest nesting of `()`, `[]` and `{}` in `expression`, outside string literals and
+/// comments: levels the parser recurses through, known before it runs.
+fn bracket_depth(expression: &str) -> usize {
+    let text = expression.as_bytes();
+    let (mut at, mut depth, mut deepest) = (0, 0usize, 0usize);
+    while let Some(&byte) = text.get(at) {
+        at += 1;
+        match byte {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
+            b'/' if text.get(at) == Some(&b'/') => {
+                at = text[at..]
+                    .iter()
+                    .position(|&b| b == b'\n')
+                    .map_or(text.len(), |end| at + end);
+            }
+            b'\'' | b'"' => {
+                // A raw string (`r'...'`, `R"..."`) takes backslashes as they are.
+                let raw = at >= 2 && matches!(text[at - 2], b'r' | b'R');
+                let delimiter: &[u8] = if text[at..].starts_with(&[byte, byte]) {
+                    at += 2;
+                    &text[at - 3..at]
+                } else {
+                    &text[at - 1..at]
+                };
+                while at < text.len() && !text[at..].starts_with(delimiter) {
+                    at += if text[at] == b'\\' && !raw { 2 } else { 1 };
+                }
+                at += delimiter.len();
+            }
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Whether `expr`'s syntax tree is more than `limit` levels high, found without recursion (an
+/// explicit stack of the nodes still to visit, each with its level) and without visiting more
+/// than one node beyond the limit on any path.
+fn exceeds_depth(expr: &IdedExpr, limit: usize) -> bool {
+    let mut pending = vec![(expr, 1)];
+    while let Some((expr, level)) = pending.pop() {
+        if level > limit {
+            return true;
+        }
+        let mut child = |e| pending.push((e, level + 1));
+        match &expr.expr {
+            Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
+            Expr::Select(select) => child(&select.operand),
+            Expr::Call(call) => {
+                call.target.iter().for_each(|t| child(t));
+                call.args.iter().for_each(&mut child);
+            }
+            Expr::List(list) => list.elements.iter().for_each(child),
+            Expr::Map(MapExpr { entries }) | Expr::Struct(StructExpr { entries, .. }) => {
+                for entry in entries {
+                    match &entry.expr {
+                        EntryExpr::MapEntry(entry) => {
+                            child(&entry.key);
+                            child(&entry.value);
+                        }
+                        EntryExpr::StructField(field) => child(&field.value),
+                    }
+                }
+            }
+            Expr::Comprehension(c) => {
+                for part in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    child(part);
+                }
+            }
+        }
+    }
+    false
 }
 
 /// kube-apiserver's message for an evaluation stopped by its cost limit (cel-go's), with the

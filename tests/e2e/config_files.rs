@@ -640,47 +640,76 @@ async fn an_error_in_a_file_names_the_file_and_the_field() {
     assert_contains(&done.stderr, "(--tls-min-version)");
 }
 
-/// A condition whose worst case (the largest review the proxy can build) costs more than
-/// kube-apiserver's static limit, 10,000,000, is refused at load by the server and by
-/// check-config alike, naming the file, the field, the cost and the limit.
+/// A condition the proxy cannot run safely is refused at load by the server and by check-config
+/// alike, on one line naming the file, the field and the cause: one whose worst case (the largest
+/// review the proxy can build) costs more than kube-apiserver's static limit, 10,000,000, and one
+/// nested deeper than cel-go's parser allows (it aborted the process with a stack overflow
+/// before), quoted by its start and length.
 #[tokio::test]
 async fn a_condition_over_the_estimated_cost_limit_is_refused_at_load() {
-    let files = Files::new("cel-cost").await;
-    let quadratic = "request.groups.all(g, request.groups.exists(h, h == g))";
-    let path = files.write(
-        "costly.yaml",
-        &format!(
-            "{AUTHORIZATION_HEADER}authorizers:\n{}",
-            files.webhook(
-                "3s",
-                &format!(
-                    "      matchConditionSubjectAccessReviewVersion: v1\n      matchConditions:\n        \
-                     - expression: \"{quadratic}\"\n"
-                ),
-            )
+    let quadratic = "request.groups.all(g, request.groups.exists(h, h == g))".to_owned();
+    let deep = format!("request{}", ".a".repeat(14_000));
+    let cases = [
+        (
+            "cel-cost",
+            quadratic.clone(),
+            vec![
+                format!("webhook.matchConditions[0].expression \"{quadratic}\": estimated cost "),
+                "exceeds the limit 10000000 for the largest review".to_owned(),
+                "iterate over request.groups or request.extra once".to_owned(),
+            ],
         ),
-    );
-    let mut flags = vec!["--upstream=http://127.0.0.1:10255".to_owned()];
-    flags.extend(files.file_flags());
-    flags.push(format!("--authorization-config={path}"));
+        (
+            "cel-deep",
+            deep,
+            vec![
+                "webhook.matchConditions[0].expression \"request.a.a.a".to_owned(),
+                "… (28007 code points): compilation failed: expression nesting depth exceeds the \
+                 limit of 250"
+                    .to_owned(),
+            ],
+        ),
+    ];
+    for (name, expression, expectations) in cases {
+        let files = Files::new(name).await;
+        let path = files.write(
+            "refused.yaml",
+            &format!(
+                "{AUTHORIZATION_HEADER}authorizers:\n{}",
+                files.webhook(
+                    "3s",
+                    &format!(
+                        "      matchConditionSubjectAccessReviewVersion: v1\n      matchConditions:\n        \
+                         - expression: \"{expression}\"\n"
+                    ),
+                )
+            ),
+        );
+        let mut flags = vec!["--upstream=http://127.0.0.1:10255".to_owned()];
+        flags.extend(files.file_flags());
+        flags.push(format!("--authorization-config={path}"));
 
-    let checked = files.check("check-config", &flags).await;
-    let served = run(&files.dir, "serve", &flags).await;
-    for (what, done) in [("check-config", checked), ("server", served)] {
-        assert_eq!(done.status.code(), Some(2), "{what}: {}", done.stderr);
-        let line = done.stderr.trim_end();
-        assert!(!line.contains('\n'), "{what}: one line expected:\n{line}");
-        for expected in [
-            "--authorization-config",
-            path.as_str(),
-            &format!("webhook.matchConditions[0].expression \"{quadratic}\": estimated cost "),
-            "exceeds the limit 10000000 for the largest review",
-            "iterate over request.groups or request.extra once",
-        ] {
-            assert!(
-                line.contains(expected),
-                "{what}: {expected:?} not in {line:?}"
+        let checked = files.check("check-config", &flags).await;
+        let served = run(&files.dir, "serve", &flags).await;
+        for (what, done) in [("check-config", checked), ("server", served)] {
+            assert_eq!(
+                done.status.code(),
+                Some(2),
+                "{name}, {what}: {}",
+                done.stderr
             );
+            let line = done.stderr.trim_end();
+            assert!(
+                !line.contains('\n'),
+                "{name}, {what}: one line expected:\n{line}"
+            );
+            let file = ["--authorization-config".to_owned(), path.clone()];
+            for expected in file.iter().chain(&expectations) {
+                assert!(
+                    line.contains(expected.as_str()),
+                    "{name}, {what}: {expected:?} not in {line:?}"
+                );
+            }
         }
     }
 }
