@@ -71,22 +71,22 @@ impl Readiness {
 
 /// Serves the admin endpoints until the task is aborted, which the server does once its
 /// connections have drained.
-pub async fn serve(listener: TcpListener, metrics: Arc<Registry>, readiness: Readiness) {
+pub async fn serve(listener: TcpListener, registry: Arc<Registry>, readiness: Readiness) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         match listener.accept().await {
-            Ok((tcp, _)) => serve_connection(tcp, &http, &metrics, &readiness),
+            Ok((tcp, _)) => serve_connection(tcp, &http, &registry, &readiness),
             Err(e) => accept_failed(&e).await,
         }
     }
 }
 
 /// [`serve`] on the unix socket of `--admin-socket`, which only this process answers.
-async fn serve_unix(listener: UnixListener, metrics: Arc<Registry>, readiness: Readiness) {
+async fn serve_unix(listener: UnixListener, registry: Arc<Registry>, readiness: Readiness) {
     let http = Arc::new(auto::Builder::new(TokioExecutor::new()));
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => serve_connection(stream, &http, &metrics, &readiness),
+            Ok((stream, _)) => serve_connection(stream, &http, &registry, &readiness),
             Err(e) => accept_failed(&e).await,
         }
     }
@@ -101,17 +101,17 @@ async fn accept_failed(error: &std::io::Error) {
 fn serve_connection<IO>(
     io: IO,
     http: &Arc<auto::Builder<TokioExecutor>>,
-    metrics: &Arc<Registry>,
+    registry: &Arc<Registry>,
     readiness: &Readiness,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let metrics = Arc::clone(metrics);
+    let registry = Arc::clone(registry);
     let http = Arc::clone(http);
     let readiness = readiness.clone();
     tokio::spawn(async move {
         let service = service_fn(move |req| {
-            let response = respond(&req, &metrics, readiness.not_ready());
+            let response = respond(&req, &registry, readiness.not_ready());
             async move { Ok::<_, Infallible>(response) }
         });
         if let Err(e) = http.serve_connection(TokioIo::new(io), service).await {
@@ -142,7 +142,7 @@ fn bind_unix(path: &Path) -> std::io::Result<UnixListener> {
 /// The admin endpoints on `--admin-socket`: where, what they answer from, and the task serving.
 pub struct AdminSocket {
     path: PathBuf,
-    metrics: Arc<Registry>,
+    registry: Arc<Registry>,
     readiness: Readiness,
     task: JoinHandle<()>,
 }
@@ -151,18 +151,18 @@ impl AdminSocket {
     /// Binds `path` (see `bind_unix`) and serves the admin endpoints there.
     pub fn serve(
         path: PathBuf,
-        metrics: Arc<Registry>,
+        registry: Arc<Registry>,
         readiness: Readiness,
     ) -> std::io::Result<AdminSocket> {
         let listener = bind_unix(&path)?;
         let task = tokio::spawn(serve_unix(
             listener,
-            Arc::clone(&metrics),
+            Arc::clone(&registry),
             readiness.clone(),
         ));
         Ok(AdminSocket {
             path,
-            metrics,
+            registry,
             readiness,
             task,
         })
@@ -185,7 +185,7 @@ impl AdminSocket {
         self.task.abort();
         self.task = tokio::spawn(serve_unix(
             listener,
-            Arc::clone(&self.metrics),
+            Arc::clone(&self.registry),
             self.readiness.clone(),
         ));
         Ok(())
@@ -194,7 +194,7 @@ impl AdminSocket {
 
 fn respond(
     req: &Request<Incoming>,
-    metrics: &Registry,
+    registry: &Registry,
     not_ready: Option<&str>,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match (req.method(), req.uri().path()) {
@@ -212,7 +212,7 @@ fn respond(
         (&Method::GET | &Method::HEAD, "/metrics") => (
             StatusCode::OK,
             OPENMETRICS,
-            crate::base::metrics::encode(metrics),
+            crate::base::metrics::encode(registry),
         ),
         _ => (
             StatusCode::NOT_FOUND,
