@@ -10,17 +10,31 @@
 //! algorithms kube-apiserver signs service-account tokens with. A token of another algorithm is
 //! left to TokenReview.
 
+use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
+use base64::alphabet::URL_SAFE;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use serde::Deserialize;
+use serde::de::{self, IgnoredAny, MapAccess, Visitor};
 
 /// kube-apiserver's leeway on `exp`, `nbf` and `iat` (go-jose's `DefaultLeeway`).
 pub const LEEWAY: Duration = Duration::from_secs(60);
 
-/// Most bytes of a token parsed as a JWT; kube-apiserver's service-account tokens are about 1 KB.
-const MAX_JWT_BYTES: usize = 16 * 1024;
+/// Go's `base64.RawURLEncoding`, which kube-apiserver decodes a token's parts with: no padding,
+/// and the unused low bits of the last character ignored rather than refused. A token whose
+/// parts are spelled with such bits set is, for the API server, the same token; judging it so
+/// here keeps a forgery spelled that way from reaching TokenReview, and a real token spelled
+/// that way from being refused on the node.
+const GO_RAW_URL: GeneralPurpose = GeneralPurpose::new(
+    &URL_SAFE,
+    GeneralPurposeConfig::new()
+        .with_encode_padding(false)
+        .with_decode_padding_mode(DecodePaddingMode::RequireNone)
+        .with_decode_allow_trailing_bits(true),
+);
 
 /// A signature algorithm this module verifies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -259,7 +273,7 @@ impl Rejection {
 pub struct Parsed<'a> {
     algorithm: Algorithm,
     kid: String,
-    signing_input: &'a [u8],
+    signing_input: Cow<'a, [u8]>,
     signature: Vec<u8>,
     claims: Claims,
 }
@@ -324,47 +338,94 @@ fn unix(seconds: f64) -> SystemTime {
     UNIX_EPOCH + Duration::from_secs_f64(seconds.min(1e12))
 }
 
+/// The issuer a JWT's decoded payload names, read as kube-apiserver's `hasCorrectIssuer` reads it
+/// (Go's `encoding/json` into a struct whose one field is `iss`): keys match `iss` ignoring case
+/// with Unicode simple folding (`ſ` is an `s`), the last match wins, `null` names none, and a
+/// payload that is not a JSON object, or whose matching value is neither a string nor `null`,
+/// names no issuer. Bytes that are not UTF-8 are read as U+FFFD, as Go does.
+fn issuer(payload: &[u8]) -> Option<String> {
+    struct Issuer;
+    impl<'de> Visitor<'de> for Issuer {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Option<String>, A::Error> {
+            let mut issuer = None;
+            while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                if names_iss(&key) {
+                    if let Some(value) = map.next_value::<Option<String>>()? {
+                        issuer = Some(value);
+                    }
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(issuer)
+        }
+    }
+    impl<'de> de::DeserializeSeed<'de> for Issuer {
+        type Value = Option<String>;
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+    let text = String::from_utf8_lossy(payload);
+    let mut json = serde_json::Deserializer::from_str(&text);
+    let issuer = de::DeserializeSeed::deserialize(Issuer, &mut json).ok()?;
+    json.end().ok()?;
+    issuer
+}
+
+/// Whether a JSON key is `iss` for Go's `encoding/json`, which matches field names with
+/// `bytes.EqualFold`: each of `i`, `s`, `s` in either case, and `ſ` (U+017F) for an `s`.
+fn names_iss(key: &str) -> bool {
+    let mut chars = key.chars();
+    let s = |c: Option<char>| matches!(c, Some('s' | 'S' | '\u{17f}'));
+    matches!(chars.next(), Some('i' | 'I'))
+        && s(chars.next())
+        && s(chars.next())
+        && chars.next().is_none()
+}
+
 /// Reads `token` as a JWS: `Other` unless it names one of `issuers` with an algorithm verified
 /// here; then its time and audience claims against `now` and `audiences` (a token for none of
-/// them is refused; an empty `audiences` accepts any).
+/// them is refused; an empty `audiences` accepts any). Whether it names an issuer is decided as
+/// kube-apiserver decides it ([`issuer`], [`GO_RAW_URL`]), at any size the request's headers
+/// carry, so that no spelling of a token the API server would judge as the issuer's escapes
+/// the judgement here.
 pub fn classify<'a>(
     token: &'a str,
     issuers: &[String],
     audiences: &[String],
     now: SystemTime,
 ) -> Shape<'a> {
-    if token.len() > MAX_JWT_BYTES {
-        return Shape::Other;
-    }
     let mut parts = token.split('.');
     let (Some(header), Some(payload), Some(signature), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
         return Shape::Other;
     };
-    // The issuer first, from the payload read loosely: once a token names a known issuer,
+    // The issuer first, read as the API server reads it: once a token names a known issuer,
     // anything else wrong with it (a header or claim of the wrong shape) refuses it, so that no
     // malformation buys a TokenReview.
-    let Some(payload) = URL_SAFE_NO_PAD
-        .decode(payload)
-        .ok()
-        .and_then(|bytes| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
-    else {
+    let Ok(payload) = GO_RAW_URL.decode(payload) else {
         return Shape::Other;
     };
-    if !payload["iss"]
-        .as_str()
-        .is_some_and(|iss| issuers.iter().any(|known| known == iss))
-    {
+    if !issuer(&payload).is_some_and(|iss| issuers.contains(&iss)) {
         return Shape::Other;
     }
-    let (Some(header), Ok(claims), Ok(signature)) = (
-        URL_SAFE_NO_PAD
-            .decode(header)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice::<Header>(&bytes).ok()),
-        serde_json::from_value::<Claims>(payload),
-        URL_SAFE_NO_PAD.decode(signature),
+    let header = GO_RAW_URL.decode(header);
+    let (Ok(header_bytes), Ok(claims), Ok(signature)) = (
+        header,
+        serde_json::from_slice::<serde_json::Value>(&payload),
+        GO_RAW_URL.decode(signature),
+    ) else {
+        return Shape::Refused(Rejection::Malformed);
+    };
+    let (Ok(header), Ok(claims)) = (
+        serde_json::from_slice::<Header>(&header_bytes),
+        serde_json::from_value::<Claims>(claims),
     ) else {
         return Shape::Refused(Rejection::Malformed);
     };
@@ -388,15 +449,32 @@ pub fn classify<'a>(
     let Some(algorithm) = Algorithm::from_name(&header.alg) else {
         return Shape::OtherAlgorithm;
     };
-    // The signing input is the header and the payload as sent, up to the last dot.
-    let signing_input_len = token.rfind('.').unwrap_or(0);
     Shape::ServiceAccount(Parsed {
         algorithm,
         kid: header.kid,
-        signing_input: &token.as_bytes()[..signing_input_len],
+        signing_input: signing_input(token, &header_bytes, &payload),
         signature,
         claims,
     })
+}
+
+/// What the signature covers: the header and payload encoded canonically, as go-jose verifies
+/// (it re-encodes what it decoded), so that a part spelled with its unused bits set verifies
+/// as the API server would verify it. A canonical token (every one the issuer makes) is its
+/// own signing input, borrowed.
+fn signing_input<'a>(token: &'a str, header: &[u8], payload: &[u8]) -> Cow<'a, [u8]> {
+    let canonical = format!(
+        "{}.{}",
+        GO_RAW_URL.encode(header),
+        GO_RAW_URL.encode(payload)
+    );
+    // Up to the last dot: the header and the payload as sent.
+    let sent = &token.as_bytes()[..token.rfind('.').unwrap_or(0)];
+    if sent == canonical.as_bytes() {
+        Cow::Borrowed(sent)
+    } else {
+        Cow::Owned(canonical.into_bytes())
+    }
 }
 
 /// The outcome of checking a parsed token against a key set.
@@ -421,7 +499,8 @@ pub fn check_signature(parsed: &Parsed<'_>, keys: &[PublicKey]) -> KeyCheck {
     if candidates.peek().is_none() {
         return KeyCheck::UnknownKey;
     }
-    if candidates.any(|key| key.verify(parsed.algorithm, parsed.signing_input, &parsed.signature)) {
+    if candidates.any(|key| key.verify(parsed.algorithm, &parsed.signing_input, &parsed.signature))
+    {
         KeyCheck::Verified
     } else {
         KeyCheck::Refused(Rejection::Signature)
@@ -643,5 +722,88 @@ mod tests {
             );
         }
         assert!(matches!(parse_jwks(b"<html>"), Err(JwksError::Json(_))));
+    }
+
+    /// `part` with the unused low bits of its last character set, if it has any: the same bytes
+    /// for Go's decoder, another spelling of them.
+    fn with_trailing_bits(part: &str) -> Option<String> {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let unused = match part.len() % 4 {
+            2 => 0b1111,
+            3 => 0b11,
+            _ => return None,
+        };
+        let last = *part.as_bytes().last()?;
+        let value = ALPHABET.iter().position(|&c| c == last)?;
+        let spelled = ALPHABET[value | unused] as char;
+        Some(format!("{}{spelled}", &part[..part.len() - 1]))
+    }
+
+    #[test]
+    fn a_token_is_judged_as_the_api_server_reads_it_whatever_its_spelling_and_size() {
+        let (token, keys) = rsa_fixture();
+        let parts: Vec<&str> = token.split('.').collect();
+        let respelled = |index: usize| {
+            let mut parts: Vec<String> = parts.iter().map(|p| (*p).to_owned()).collect();
+            parts[index] = with_trailing_bits(&parts[index])?;
+            Some(parts.join("."))
+        };
+        // Each part the fixture spells with unused bits (the signature always: 256 bytes) is
+        // the same token with them set.
+        let mut respelled_parts = 0;
+        for index in 0..3 {
+            if let Some(spelled) = respelled(index) {
+                assert_ne!(spelled, token);
+                assert_eq!(
+                    verify(&spelled, &keys, &[], june_2026()),
+                    "verified",
+                    "part {index} spelled with its unused bits set"
+                );
+                respelled_parts += 1;
+            }
+        }
+        assert!(respelled_parts >= 1);
+        // Padding is not Go's raw encoding: the API server does not read it as the issuer's.
+        let padded = format!("{}.{}=.{}", parts[0], parts[1], parts[2]);
+        assert_eq!(verify(&padded, &keys, &[], june_2026()), "other");
+
+        // A forgery naming the issuer is judged at any size: here 40 KB of claims.
+        let header = b64(br#"{"alg":"RS256"}"#);
+        let filler = "x".repeat(40_000);
+        let claims = b64(format!(r#"{{"iss":"{ISSUER}","pad":"{filler}"}}"#).as_bytes());
+        let big = format!("{header}.{claims}.{}", parts[2]);
+        assert!(big.len() > 16 * 1024);
+        assert_eq!(verify(&big, &keys, &[], june_2026()), "signature");
+    }
+
+    #[test]
+    fn the_issuer_is_read_as_go_reads_a_struct_field() {
+        let named = |payload: &str| issuer(payload.as_bytes());
+        let iss = Some(ISSUER.to_owned());
+        for payload in [
+            format!(r#"{{"iss":"{ISSUER}"}}"#),
+            format!(r#"{{"ISS":"{ISSUER}"}}"#),
+            format!(r#"{{"Iſs":"{ISSUER}"}}"#),
+            format!(r#"{{"iss":"other","iSS":"{ISSUER}"}}"#),
+            format!(r#"{{"iss":"{ISSUER}","iss":null}}"#),
+            format!(r#"{{"sub":{{"iss":"x"}},"iss":"{ISSUER}"}}"#),
+        ] {
+            assert_eq!(named(&payload), iss, "{payload}");
+        }
+        for payload in [
+            format!(r#"{{"iss":"{ISSUER}","iss":"other"}}"#),
+            r#"{"iss":7}"#.to_owned(),
+            format!(r#"{{"iss":"{ISSUER}","iss":7}}"#),
+            format!(r#"[{{"iss":"{ISSUER}"}}]"#),
+            format!(r#"{{"ıss":"{ISSUER}"}}"#),
+            format!(r#"{{"iss":"{ISSUER}"}} trailing"#),
+            "{}".to_owned(),
+        ] {
+            assert_ne!(named(&payload), iss, "{payload}");
+        }
+        // Go reads bytes that are not UTF-8 as U+FFFD rather than refusing the document.
+        let mut bytes = format!(r#"{{"x":"?","iss":"{ISSUER}"}}"#).into_bytes();
+        bytes[6] = 0xff;
+        assert_eq!(issuer(&bytes), iss);
     }
 }
