@@ -27,8 +27,9 @@
 //!   TokenReview, anonymous), with the kubelet's chain semantics; yields an `Arc<User>`.
 //!   Service-account JWTs are checked on the node first ([`authn::jwt`] against the keys
 //!   [`authn::service_account_keys`] keeps current), so a forged one never becomes a review;
-//!   tokens it cannot check are reviewed within a budget of failures per source address and per
-//!   node ([`authn::failure_budget`]).
+//!   every review passes one gate, a budget of failures per source address and per node that
+//!   keeps a place for sources in good standing ([`authn::failure_budget`]), and refusals are
+//!   cached like any answer.
 //! - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!   authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
 //!   [`authz::rbac`] matching, [`authz::live_rbac`]: the cluster's roles and bindings listed and

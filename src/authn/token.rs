@@ -5,7 +5,9 @@
 //! `Authorization: Bearer …` or, on WebSocket handshakes, from a
 //! `base64url.bearer.authorization.k8s.io.` subprotocol; the answer is cached for the configured
 //! TTL under an HMAC of token and audiences (never the token itself), and concurrent reviews of the
-//! same token are coalesced into one call.
+//! same token are coalesced into one call. Unlike the kubelet, a refusal with a reason is cached
+//! too (for [`REFUSAL_TTL`]), so that replaying a refused token costs no review; and every review
+//! passes the budget of failures ([`super::failure_budget`]).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,7 +22,7 @@ use http::{HeaderMap, Version};
 use k8s_openapi::api::authentication::v1::{TokenReviewSpec, TokenReviewStatus};
 
 use super::User;
-use super::failure_budget::{FailureBudget, Spent};
+use super::failure_budget::{Checked, FailureBudget, Spent};
 use super::jwt::Rejection;
 use super::metrics::AuthnMetrics;
 use super::service_account_keys::{LocalCheck, ServiceAccountKeys};
@@ -30,6 +32,12 @@ use crate::base::wire;
 
 /// Most tokens kept in the cache; the least recently used go first.
 const MAX_CACHED_TOKENS: u64 = 16_384;
+/// Longest a token the API server refused with a reason is remembered as refused: the
+/// authorization webhook's default unauthorized TTL. The kubelet never caches such answers, so
+/// a replayed refused token (one of a deleted pod verifies until it expires) cost a review
+/// every time; the reason may also be the API server's own passing trouble, so it is kept for
+/// less than a user is.
+pub const REFUSAL_TTL: Duration = Duration::from_secs(30);
 
 /// A token found in a request, or why the request's token is unusable.
 #[derive(Debug, PartialEq, Eq)]
@@ -111,8 +119,16 @@ pub fn token_cache_key(key: &ring::hmac::Key, token: &str, audiences: &[String])
     hasher.finish()
 }
 
-/// A TokenReview answer as cached: the user, or `None` for "not authenticated" without error.
-type Reviewed = Option<Arc<User>>;
+/// A TokenReview answer as cached.
+#[derive(Debug, Clone)]
+enum Reviewed {
+    /// The token is this user's.
+    User(Arc<User>),
+    /// Not authenticated, and no reason given.
+    Unauthenticated,
+    /// Refused, with the API server's reason.
+    Refused(Arc<str>),
+}
 
 /// The outcome of checking one token.
 #[derive(Debug, Clone)]
@@ -151,7 +167,8 @@ pub struct NoRandomness;
 
 impl TokenReviewAuthenticator {
     /// `ttl` applies to users and to plain rejections alike
-    /// (`--authentication-token-webhook-cache-ttl`);
+    /// (`--authentication-token-webhook-cache-ttl`), and up to [`REFUSAL_TTL`] of it to
+    /// refusals with a reason;
     /// `audiences` are sent in every review and must intersect the answer's.
     pub fn new(
         client: ApiServerClient,
@@ -164,7 +181,10 @@ impl TokenReviewAuthenticator {
             cache: ReviewCache::new(
                 ReviewKind::TokenReview,
                 MAX_CACHED_TOKENS,
-                move |_| ttl,
+                move |answer| match answer {
+                    Reviewed::Refused(_) => ttl.min(REFUSAL_TTL),
+                    Reviewed::User(_) | Reviewed::Unauthenticated => ttl,
+                },
                 Arc::clone(client.metrics()),
             ),
             client,
@@ -195,16 +215,21 @@ impl TokenReviewAuthenticator {
             .get_or_review(key, || self.review(token, source))
             .await;
         match reviewed {
-            Ok(Some(user)) => TokenOutcome::User(user),
-            Ok(None) => TokenOutcome::Failed("invalid bearer token".into()),
+            Ok(Reviewed::User(user)) => TokenOutcome::User(user),
+            Ok(Reviewed::Unauthenticated) => TokenOutcome::Failed("invalid bearer token".into()),
+            Ok(Reviewed::Refused(reason)) => {
+                TokenOutcome::Failed(format!("token rejected: {reason}"))
+            }
             Err(e) => TokenOutcome::Failed(e.to_string()),
         }
     }
 
-    /// One TokenReview, turned into a cacheable answer (user or plain rejection) or an error
-    /// (never cached): the call failed, the API server rejected the token with an error text,
-    /// the node refused a forged service-account token, or `source` is over its failure budget.
-    /// The future owns its spec, so a refresh ahead can run it in the background.
+    /// One TokenReview, turned into a cacheable answer (a user, a plain rejection, or a refusal
+    /// with the API server's reason) or an error (never cached): the call failed, the node
+    /// refused a forged service-account token, or the review's budget is spent. Every review
+    /// passes the failure budget, the one gate of the API server's authentication cost; a
+    /// service-account token the node verified passes it as such ([`Checked::Verified`]). The
+    /// future owns its spec, so a refresh ahead can run it in the background.
     fn review(
         &self,
         token: &str,
@@ -221,29 +246,27 @@ impl TokenReviewAuthenticator {
                 Some(local) => local.check(&spec.token).await,
                 None => LocalCheck::Undecided,
             };
-            let reservation = match check {
+            let checked = match check {
                 LocalCheck::Refused(rejection) => return Err(ReviewError::Refused(rejection)),
-                // Signed by the issuer: not a forgery, so its review is never budgeted.
-                LocalCheck::Verified => None,
-                LocalCheck::Undecided => Some(
-                    failures
-                        .reserve(source)
-                        .await
-                        .map_err(ReviewError::OverBudget)?,
-                ),
+                LocalCheck::Verified => Checked::Verified,
+                LocalCheck::Undecided => Checked::Unverified,
             };
+            let reservation = failures
+                .reserve(source, checked)
+                .await
+                .map_err(ReviewError::OverBudget)?;
             let reviewed = match client.token_review(spec).await {
-                Ok(status) => user_from_token_review(status, &audiences)
-                    .map(|user| user.map(Arc::new))
-                    .map_err(ReviewError::Rejected),
+                Ok(status) => Ok(match user_from_token_review(status, &audiences) {
+                    Ok(Some(user)) => Reviewed::User(Arc::new(user)),
+                    Ok(None) => Reviewed::Unauthenticated,
+                    Err(reason) => Reviewed::Refused(reason.into()),
+                }),
                 Err(e) => Err(ReviewError::Call(e)),
             };
-            if let Some(reservation) = reservation {
-                if matches!(reviewed, Ok(Some(_)) | Err(ReviewError::Call(_))) {
-                    reservation.refund();
-                } else {
-                    reservation.charge();
-                }
+            if matches!(reviewed, Ok(Reviewed::User(_)) | Err(_)) {
+                reservation.refund();
+            } else {
+                reservation.charge();
             }
             reviewed
         }
@@ -295,9 +318,6 @@ enum ReviewError {
     /// The call failed.
     #[error(transparent)]
     Call(#[from] ApiCallError),
-    /// The API server said the token is not valid and why (the text is the API server's).
-    #[error("token rejected: {0}")]
-    Rejected(String),
     /// Refused on the node, never sent: a forged or stale service-account token.
     #[error("{}", .0.reason())]
     Refused(Rejection),

@@ -3,11 +3,11 @@
 //!
 //! A million tokens end to end would take minutes; the bound is shown in two parts instead. Here,
 //! the real binary is sent tens of thousands of distinct tokens, pipelined over many connections,
-//! with the stand-in API server answering at once: quietly rejected tokens (the answer the token
-//! cache keeps, T2) and tokens of ever new users (kept by both caches, each user also making a
-//! SubjectAccessReview). They are service-account tokens the node verifies, the rejected ones
-//! of deleted pods: tokens it cannot verify would be refused without a review once their
-//! source's failures are over budget (failure_budget.rs), and never reach the caches. A first round overflows both caps; the resident memory it leaves is the
+//! with the stand-in API server answering at once: tokens of ever new users (kept by both caches,
+//! each user also making a SubjectAccessReview), service-account tokens the node verifies.
+//! Rejected tokens cannot fill the caches: every review passes the budget of failures
+//! (failure_budget.rs), so at most its 20 at once and one every 2 s are reviewed and cached;
+//! the rest are refused without a review. A first round overflows both caps; the resident memory it leaves is the
 //! plateau; further rounds, each again more distinct tokens than the token cache holds, must not
 //! raise it by more than a bound smaller than what keeping their entries would cost. The exact
 //! entry count is checked in `src/apiserver/cache.rs` (`a_million_keys_never_exceed_the_cap`),
@@ -78,20 +78,15 @@ async fn round(
     totals.unwrap_or_else(|_| panic!("{count} tokens not sent within {ROUND_BOUND:?}"))
 }
 
-/// Every third token is a new user's (`good-<i>`), the others are rejected quietly (`bad-<i>`):
-/// service-account tokens of those names, signed by the stand-in's issuer.
-fn mixed(api: &ApiServer, first: usize, count: usize) -> Arc<Vec<String>> {
+/// Each token a new user's (`good-<i>`): service-account tokens of those names, signed by the
+/// stand-in's issuer.
+fn new_users(api: &ApiServer, first: usize, count: usize) -> Arc<Vec<String>> {
     let tokens = (0..first + count)
         .map(|i| {
             if i < first {
                 return String::new();
             }
-            let name = if i.is_multiple_of(3) {
-                format!("good-{i}")
-            } else {
-                format!("bad-{i}")
-            };
-            api.sign_token(&service_account_claims("flood", &name), None)
+            api.sign_token(&service_account_claims("flood", &format!("good-{i}")), None)
         })
         .collect();
     Arc::new(tokens)
@@ -153,13 +148,10 @@ async fn flood(proxy: &Standalone, api: &ApiServer, rounds: usize, per_round: us
     let alice = proxy.client(Identity::of(&proxy.ca.issue(&CertSpec::client("alice"))));
     let mut rss = Vec::new();
     for r in 0..rounds {
-        let tokens = mixed(api, r * per_round, per_round);
+        let tokens = new_users(api, r * per_round, per_round);
         let (refused, served) = round(&client, r * per_round, per_round, &tokens).await;
-        let users = (r * per_round..(r + 1) * per_round)
-            .filter(|i| i.is_multiple_of(3))
-            .count();
-        assert_eq!(served, users, "round {r}: new users served");
-        assert_eq!(refused, per_round - served, "round {r}: bad tokens refused");
+        assert_eq!(served, per_round, "round {r}: new users served");
+        assert_eq!(refused, 0, "round {r}: nothing refused");
         assert_eq!(alice.get("/pods").await.status, StatusCode::OK);
         rss.push(proxy.usage().rss_kib);
     }
@@ -169,12 +161,12 @@ async fn flood(proxy: &Standalone, api: &ApiServer, rounds: usize, per_round: us
 }
 
 /// What CI can afford on a two-core machine (about 500 tokens a second through a debug build):
-/// twelve thousand distinct tokens, a third of them new users, each answered as it must be
+/// twelve thousand distinct tokens of new users, each answered as it must be
 /// while a certificate user keeps being served, and memory growing by less than 16 MiB after
 /// the first round; the caps themselves are shown by the cache's unit test and, end to end, by
 /// the full-scale test below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_flood_of_distinct_tokens_is_refused_and_memory_stays_bounded() {
+async fn a_flood_of_distinct_tokens_leaves_memory_bounded() {
     const BOUND_KIB: u64 = 16 * 1024;
     let (api, proxy) = flooded_proxy().await;
     let rss = flood(&proxy, &api, 3, 4_000).await;

@@ -18,24 +18,44 @@ const IN_FLIGHT: &str = "kubelet_auth_proxy_apiserver_reviews_in_flight";
 const WAITING: &str = "kubelet_auth_proxy_apiserver_reviews_waiting";
 const REFUSED: &str = "kubelet_auth_proxy_apiserver_reviews_refused_total";
 
-/// `--apiserver-max-reviews-inflight` here.
-const LIMIT: usize = 2;
-/// Reviews that may wait for a place: 16 per place.
-const QUEUE: usize = 16 * LIMIT;
-/// Requests beyond the places and the queue.
-const BEYOND: usize = 3;
-/// Requests sent at once, each needing a review of its own.
-const FLOOD: usize = LIMIT + QUEUE + BEYOND;
+/// A flood's shape: `--apiserver-max-reviews-inflight` and the requests beyond the places and
+/// the queue (16 per place).
+#[derive(Clone, Copy)]
+struct Shape {
+    limit: usize,
+    beyond: usize,
+}
 
-async fn proxy(api: &ApiServer, mode: &str) -> Harness {
-    ProxySpec::new(&[
-        "--authentication-token-webhook",
-        mode,
-        "--apiserver-max-reviews-inflight=2",
-    ])
-    .apiserver(api)
-    .start()
-    .await
+impl Shape {
+    fn queue(self) -> usize {
+        16 * self.limit
+    }
+
+    /// Requests sent at once, each needing a review of its own.
+    fn flood(self) -> usize {
+        self.limit + self.queue() + self.beyond
+    }
+}
+
+/// Authorizations: two places.
+const ACCESS: Shape = Shape {
+    limit: 2,
+    beyond: 3,
+};
+/// Token reviews: one place, so that the whole flood fits within the places the budget of
+/// failures gives reviews whose answer is not known yet (failure_budget.rs: 19 at once, the
+/// node's last place kept for clean sources), and reaches the API server's gate.
+const TOKENS: Shape = Shape {
+    limit: 1,
+    beyond: 2,
+};
+
+async fn proxy(api: &ApiServer, mode: &str, shape: Shape) -> Harness {
+    let limit = format!("--apiserver-max-reviews-inflight={}", shape.limit);
+    ProxySpec::new(&["--authentication-token-webhook", mode, &limit])
+        .apiserver(api)
+        .start()
+        .await
 }
 
 async fn get(client: &Client, token: Option<&str>) -> StatusCode {
@@ -46,15 +66,18 @@ async fn get(client: &Client, token: Option<&str>) -> StatusCode {
     client.send(req.body(empty()).unwrap()).await.status
 }
 
-/// Sends [`FLOOD`] requests at once while the API server holds every `kind` call: [`LIMIT`] calls
-/// are made, [`QUEUE`] requests wait, [`BEYOND`] are refused at once; once the API server answers,
-/// the waiting ones are reviewed in turn and served.
+/// Sends `shape.flood()` requests at once while the API server holds every `kind` call:
+/// `shape.limit` calls are made, `shape.queue()` requests wait, `shape.beyond` are refused at
+/// once; once the API server answers, the waiting ones are reviewed in turn and served.
 async fn flood(
     h: &Harness,
     api: &ApiServer,
     kind: Kind,
+    shape: Shape,
     token_for: &dyn Fn(usize) -> Option<String>,
 ) {
+    let Shape { limit, beyond } = shape;
+    let queue = shape.queue();
     let label = [("kind", kind_label(kind))];
     let refused_status = match kind {
         Kind::TokenReview => StatusCode::UNAUTHORIZED,
@@ -62,7 +85,7 @@ async fn flood(
     };
     let gate = api.hold(kind);
     let mut requests = Vec::new();
-    for i in 0..FLOOD {
+    for i in 0..shape.flood() {
         let token = token_for(i);
         let client = match token {
             Some(_) => h.anonymous(),
@@ -76,17 +99,17 @@ async fn flood(
         loop {
             let waiting = h.metric(WAITING, &label).await;
             let refused = h.metric(REFUSED, &label).await;
-            if api.arrivals(kind) == LIMIT && waiting == QUEUE as f64 && refused == BEYOND as f64 {
+            if api.arrivals(kind) == limit && waiting == queue as f64 && refused == beyond as f64 {
                 break;
             }
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     })
     .await;
-    assert_eq!(h.metric(IN_FLIGHT, &label).await, LIMIT as f64);
+    assert_eq!(h.metric(IN_FLIGHT, &label).await, limit as f64);
     // The refused requests have their answer while the others still wait.
     within("the refused requests' answers", async {
-        while requests.iter().filter(|r| r.is_finished()).count() < BEYOND {
+        while requests.iter().filter(|r| r.is_finished()).count() < beyond {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     })
@@ -100,14 +123,14 @@ async fn flood(
             pending.push(request);
         }
     }
-    assert_eq!(answered, vec![refused_status; BEYOND]);
+    assert_eq!(answered, vec![refused_status; beyond]);
 
     gate.release();
     for request in pending {
         let status = within("a waiting request", request).await.unwrap();
         assert_eq!(status, StatusCode::OK);
     }
-    assert_eq!(api.arrivals(kind), LIMIT + QUEUE);
+    assert_eq!(api.arrivals(kind), limit + queue);
     assert_eq!(h.metric(IN_FLIGHT, &label).await, 0.0);
     assert_eq!(h.metric(WAITING, &label).await, 0.0);
 }
@@ -124,7 +147,7 @@ async fn token_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
     let api = ApiServer::start().await;
     // Service-account tokens the node verifies: their reviews are not held to a source's budget
     // of failed authentications (failure_budget.rs), so one client can fill the places.
-    let tokens: Vec<String> = (0..FLOOD)
+    let tokens: Vec<String> = (0..TOKENS.flood())
         .map(|i| {
             let token = api.sign_token(&service_account_claims("flood", &format!("sa-{i}")), None);
             api.add_token(&token, TokenUser::new(&format!("user-{i}")));
@@ -132,9 +155,12 @@ async fn token_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
         })
         .collect();
     api.add_token("tok-late", TokenUser::new("late"));
-    let h = proxy(&api, "--authorization-mode=AlwaysAllow").await;
+    let h = proxy(&api, "--authorization-mode=AlwaysAllow", TOKENS).await;
     h.wait_for_issuer_keys().await;
-    flood(&h, &api, Kind::TokenReview, &|i| Some(tokens[i].clone())).await;
+    flood(&h, &api, Kind::TokenReview, TOKENS, &|i| {
+        Some(tokens[i].clone())
+    })
+    .await;
     // Afterwards a new token is reviewed and served as usual.
     assert_eq!(get(&h.anonymous(), Some("tok-late")).await, StatusCode::OK);
 }
@@ -142,7 +168,7 @@ async fn token_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
 #[tokio::test]
 async fn access_reviews_in_flight_are_bounded_and_the_rest_fail_closed() {
     let api = ApiServer::start_allowing().await;
-    let h = proxy(&api, "--authorization-mode=Webhook").await;
-    flood(&h, &api, Kind::SubjectAccessReview, &|_| None).await;
+    let h = proxy(&api, "--authorization-mode=Webhook", ACCESS).await;
+    flood(&h, &api, Kind::SubjectAccessReview, ACCESS, &|_| None).await;
     assert_eq!(get(&h.user("late", &[]), None).await, StatusCode::OK);
 }

@@ -19,10 +19,23 @@ use super::{Bucket, Limits};
 /// Shards of a table.
 pub const SHARDS: usize = 16;
 
-/// What an entry has to report; empty when there is nothing.
+/// What an entry has to report; empty when there is nothing. It may also remember something
+/// about its key that outlives a report (how the key stood lately), which keeps the entry from
+/// being taken for idle while it matters.
 pub trait Pending: Default {
     /// Nothing to report.
     fn is_empty(&self) -> bool;
+
+    /// Whether the entry still remembers something about its key at `now`, though it has
+    /// nothing to report and a full bucket: such an entry is not idle.
+    fn remembers(&self, _now: Instant) -> bool {
+        false
+    }
+
+    /// Takes what there is to report, leaving what is remembered.
+    fn take_report(&mut self) -> Self {
+        std::mem::take(self)
+    }
 }
 
 /// One key's bucket and what it has to report.
@@ -51,7 +64,10 @@ impl<P: Pending> Entry<P> {
 
     fn idle(&mut self, limits: Limits, now: Instant) -> bool {
         self.bucket.refill(limits, now);
-        self.held == 0 && self.pending.is_empty() && self.bucket.tokens >= limits.burst
+        self.held == 0
+            && self.pending.is_empty()
+            && !self.pending.remembers(now)
+            && self.bucket.tokens >= limits.burst
     }
 }
 
@@ -168,7 +184,7 @@ impl<K: Eq + Hash + Clone, P: Pending> Table<K, P> {
             entry.summarized = Some(now);
             Due {
                 key,
-                pending: std::mem::take(&mut entry.pending),
+                pending: entry.pending.take_report(),
             }
         };
         for shard in &self.shards {
