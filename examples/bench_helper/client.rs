@@ -89,7 +89,7 @@ pub struct BurstArgs {
     tokens: Tokens,
 }
 
-/// What a flood's tokens are; each request carries one never sent before.
+/// What a flood's tokens are; each request carries one never sent before, but for `replay`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum FloodTokens {
     /// 32 random bytes, base64url.
@@ -97,6 +97,13 @@ enum FloodTokens {
     /// A JWT claiming `--issuer`, current and for its audience, naming `--kid`, with a random
     /// signature: what an attacker without the issuer's key can make.
     ForgedJwt,
+    /// A forged JWT as above with 20 KB more of claims.
+    OversizedForgedJwt,
+    /// A forged JWT as above whose signature is spelled with its unused low bits set.
+    NonCanonicalForgedJwt,
+    /// The token in `--token-file`, sent again and again: a real token the API server refuses
+    /// (a deleted service account's, or another audience's).
+    Replay,
 }
 
 /// Options of `bench_helper flood`.
@@ -123,7 +130,24 @@ pub struct FloodArgs {
     /// loopback on Linux); 1 leaves the choice to the system.
     #[arg(long, default_value_t = 1)]
     sources: u8,
+    /// The token `replay` sends.
+    #[arg(long, required_if_eq("tokens", "replay"))]
+    token_file: Option<PathBuf>,
+    /// Every this many milliseconds, a clean source (127.0.0.250, sending nothing else) sends a
+    /// token never sent before that the API server accepts: `<--probe-prefix><i>` (the stand-in
+    /// knows `burst-0` … `burst-<n>`); its statuses and times are printed. 0: no probe.
+    #[arg(long, default_value_t = 0)]
+    probe_every_ms: u64,
+    /// The prefix of the probe's tokens.
+    #[arg(long, default_value = BURST_TOKEN_PREFIX)]
+    probe_prefix: String,
+    /// Seconds of flooding before the first probe.
+    #[arg(long, default_value_t = 5)]
+    probe_after: u64,
 }
+
+/// The clean source of `flood --probe-every-ms`.
+const PROBE_SOURCE: [u8; 4] = [127, 0, 0, 250];
 
 /// Options of `bench_helper silent`.
 #[derive(Debug, clap::Args)]
@@ -576,7 +600,7 @@ pub async fn stalled(args: StalledArgs) -> anyhow::Result<()> {
 }
 
 /// A token never sent before, of `kind`.
-fn flood_token(kind: FloodTokens, issuer: &str, kid: &str) -> String {
+fn flood_token(kind: FloodTokens, issuer: &str, kid: &str, replay: &str) -> String {
     use base64::Engine as _;
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use ring::rand::{SecureRandom, SystemRandom};
@@ -588,17 +612,31 @@ fn flood_token(kind: FloodTokens, issuer: &str, kid: &str) -> String {
     };
     match kind {
         FloodTokens::Random => random(32),
-        FloodTokens::ForgedJwt => {
+        FloodTokens::Replay => replay.to_owned(),
+        FloodTokens::ForgedJwt
+        | FloodTokens::OversizedForgedJwt
+        | FloodTokens::NonCanonicalForgedJwt => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
             let header = serde_json::json!({"alg": "RS256", "kid": kid});
+            let padding = if kind == FloodTokens::OversizedForgedJwt {
+                "x".repeat(20_000)
+            } else {
+                String::new()
+            };
             let claims = serde_json::json!({
                 "iss": issuer, "aud": [issuer], "iat": now, "nbf": now, "exp": now + 3600,
-                "sub": format!("system:serviceaccount:default:{}", random(6)),
+                "sub": format!("system:serviceaccount:default:{}", random(6)), "pad": padding,
             });
             let encode = |value: &serde_json::Value| URL_SAFE_NO_PAD.encode(value.to_string());
-            format!("{}.{}.{}", encode(&header), encode(&claims), random(256))
+            let mut signature = random(256);
+            if kind == FloodTokens::NonCanonicalForgedJwt {
+                // 256 bytes end in one byte: two characters, the last with 4 unused bits.
+                signature.pop();
+                signature.push('B');
+            }
+            format!("{}.{}.{}", encode(&header), encode(&claims), signature)
         }
     }
 }
@@ -608,6 +646,23 @@ fn flood_token(kind: FloodTokens, issuer: &str, kid: &str) -> String {
 pub async fn flood(args: FloodArgs) -> anyhow::Result<()> {
     let connector = Arc::new(Connector::new(&args.target)?);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.seconds);
+    let replay: Arc<str> = match &args.token_file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading --token-file {}", path.display()))?
+            .trim()
+            .into(),
+        None => "".into(),
+    };
+    let probe = (args.probe_every_ms > 0).then(|| {
+        tokio::spawn(probe_clean_source(
+            Arc::clone(&connector),
+            args.target.path.clone(),
+            args.probe_prefix.clone(),
+            Duration::from_secs(args.probe_after),
+            Duration::from_millis(args.probe_every_ms),
+            deadline,
+        ))
+    });
     let mut workers = JoinSet::new();
     for worker in 0..args.workers {
         let connector = Arc::clone(&connector);
@@ -615,11 +670,12 @@ pub async fn flood(args: FloodArgs) -> anyhow::Result<()> {
             let last = 1 + (worker % usize::from(args.sources)) as u8;
             std::net::IpAddr::from([127, 0, 0, last])
         });
-        let (path, issuer, kid, kind) = (
+        let (path, issuer, kid, kind, replay) = (
             args.target.path.clone(),
             args.issuer.clone(),
             args.kid.clone(),
             args.tokens,
+            Arc::clone(&replay),
         );
         workers.spawn(async move {
             let mut statuses = BTreeMap::<String, usize>::new();
@@ -636,7 +692,7 @@ pub async fn flood(args: FloodArgs) -> anyhow::Result<()> {
                         }
                     }
                 }
-                let token = flood_token(kind, &issuer, &kid);
+                let token = flood_token(kind, &issuer, &kid, &replay);
                 let Some(open) = sender.as_mut() else {
                     continue;
                 };
@@ -661,6 +717,10 @@ pub async fn flood(args: FloodArgs) -> anyhow::Result<()> {
         errors += failed;
     }
     let requests: usize = statuses.values().sum();
+    let probes = match probe {
+        Some(probe) => probe.await?,
+        None => serde_json::Value::Null,
+    };
     println!(
         "{}",
         serde_json::json!({
@@ -668,7 +728,49 @@ pub async fn flood(args: FloodArgs) -> anyhow::Result<()> {
             "perSecond": requests as f64 / args.seconds as f64,
             "statuses": statuses,
             "errors": errors,
+            "probes": probes,
         })
     );
     Ok(())
+}
+
+/// From `after` until `deadline`, every `every`, sends one token never sent before from the
+/// clean source on a connection of its own, and says how each was answered and how long it
+/// took: statuses, and the median and slowest times of those served.
+async fn probe_clean_source(
+    connector: Arc<Connector>,
+    path: String,
+    prefix: String,
+    after: Duration,
+    every: Duration,
+    deadline: tokio::time::Instant,
+) -> serde_json::Value {
+    tokio::time::sleep(after).await;
+    let source = Some(std::net::IpAddr::from(PROBE_SOURCE));
+    let mut statuses = BTreeMap::<String, usize>::new();
+    let mut served = Vec::new();
+    let mut sent = 0;
+    while tokio::time::Instant::now() + every < deadline {
+        let started = Instant::now();
+        let status = match connector.open_from(source).await {
+            Ok(mut open) => get(&mut open, &path, Some(&format!("{prefix}{sent}")))
+                .await
+                .map_or_else(|_| "error".to_owned(), |s| s.as_u16().to_string()),
+            Err(_) => "error".to_owned(),
+        };
+        let took = started.elapsed();
+        if status == "200" {
+            served.push(took.as_secs_f64() * 1000.0);
+        }
+        *statuses.entry(status).or_default() += 1;
+        sent += 1;
+        tokio::time::sleep(every.saturating_sub(took)).await;
+    }
+    served.sort_by(f64::total_cmp);
+    serde_json::json!({
+        "sent": sent,
+        "statuses": statuses,
+        "servedMedianMs": served.get(served.len() / 2),
+        "servedMaxMs": served.last(),
+    })
 }
