@@ -186,8 +186,8 @@ async fn every_class_of_token_costs_at_most_its_budget() {
             .connecting_from(source(7));
         let started = Instant::now();
         let mut requests = tokio::task::JoinSet::new();
-        for token in tokens.iter().cloned() {
-            let client = client.clone();
+        for token in &tokens {
+            let (client, token) = (client.clone(), token.clone());
             requests.spawn(async move { client.send(bearer("/pods", &token)).await.status });
             if requests.len() == 8 {
                 assert_eq!(
