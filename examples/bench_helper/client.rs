@@ -99,7 +99,7 @@ enum FloodTokens {
     ForgedJwt,
     /// A forged JWT as above with 20 KB more of claims.
     OversizedForgedJwt,
-    /// A forged JWT as above whose signature is spelled with its unused low bits set.
+    /// A forged JWT as above whose claims are spelled with their unused low bits set.
     NonCanonicalForgedJwt,
     /// The token in `--token-file`, sent again and again: a real token the API server refuses
     /// (a deleted service account's, or another audience's).
@@ -630,15 +630,34 @@ fn flood_token(kind: FloodTokens, issuer: &str, kid: &str, replay: &str) -> Stri
                 "sub": format!("system:serviceaccount:default:{}", random(6)), "pad": padding,
             });
             let encode = |value: &serde_json::Value| URL_SAFE_NO_PAD.encode(value.to_string());
-            let mut signature = random(256);
+            let mut payload = encode(&claims);
             if kind == FloodTokens::NonCanonicalForgedJwt {
-                // 256 bytes end in one byte: two characters, the last with 4 unused bits.
-                signature.pop();
-                signature.push('B');
+                payload = with_unused_bits(&claims.to_string());
             }
-            format!("{}.{}.{}", encode(&header), encode(&claims), signature)
+            format!("{}.{payload}.{}", encode(&header), random(256))
         }
     }
+}
+
+/// `json` encoded as base64url with the unused low bits of its last character set (spaces added
+/// after the JSON, which it allows, until the encoding has such bits): the same bytes for Go's
+/// decoder, another spelling of them.
+fn with_unused_bits(json: &str) -> String {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut json = json.to_owned();
+    let mut encoded = URL_SAFE_NO_PAD.encode(&json);
+    while encoded.len() % 4 == 0 {
+        json.push(' ');
+        encoded = URL_SAFE_NO_PAD.encode(&json);
+    }
+    let unused = if encoded.len() % 4 == 2 { 0b1111 } else { 0b11 };
+    let last = encoded.pop().map_or(0, |c| {
+        ALPHABET.iter().position(|&a| a == c as u8).unwrap_or(0)
+    });
+    encoded.push(ALPHABET[last | unused] as char);
+    encoded
 }
 
 /// Sends requests from `--workers` clients for `--seconds`, each with a token never sent before,
