@@ -4,7 +4,12 @@
 //! they are answered, for `--seconds`. Prints requests a second and audit bytes a second: over
 //! the whole run, and after the first quarter (once the budget's burst is spent, its steady rate).
 //!
-//! `cargo run --release --example audit_flood -- --case refused|allowed [--budget-off]`
+//! With `--case acts` the flooders are allowed to exec and send `GET /exec/…?command=<query>`
+//! without an upgrade (each an act, whose event the budget never suppresses), after an admin's
+//! exec; it says whether that exec is still in the kept files at the end, and how many acts were
+//! refused with 429.
+//!
+//! `cargo run --release --example audit_flood -- --case refused|allowed|acts [--budget-off]`
 
 #[allow(dead_code)] // Shared with the end-to-end tests; the flood uses only part of it.
 #[path = "../tests/support/mod.rs"]
@@ -21,10 +26,12 @@ use http::StatusCode;
 use support::TempDir;
 use support::client::{Client, empty, request};
 use support::harness::{ProxySpec, Subject, grant};
+use support::streams::{EXEC_PROTOCOL, ExecSession};
 
 #[derive(Debug, Parser)]
 struct Args {
-    /// `refused`: users with no permission, 403; `allowed`: users allowed `GET /healthz`.
+    /// `refused`: users with no permission, 403; `allowed`: users allowed `GET /healthz`;
+    /// `acts`: users allowed to exec, sending execs without an upgrade.
     #[arg(long)]
     case: String,
     /// Run with `--audit-log-flood-retention=0` (and a file never rotated, to count every byte).
@@ -37,6 +44,16 @@ struct Args {
     /// Bytes of query on every request.
     #[arg(long, default_value_t = 15_000)]
     query: usize,
+}
+
+/// Whether an event with audit ID `id` is in the audit files of `dir`.
+fn kept(dir: &Path, id: &str) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("audit"))
+            .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|text| text.contains(id)))
+    })
 }
 
 /// Bytes in the audit files of `dir`.
@@ -59,6 +76,7 @@ async fn flood(
     status: StatusCode,
     until: Instant,
     sent: Arc<AtomicU64>,
+    refused: Arc<AtomicU64>,
 ) {
     let Ok(mut conn) = client.connect().await else {
         return;
@@ -68,8 +86,11 @@ async fn flood(
             .send(request("GET", &target).body(empty()).unwrap())
             .await
         {
-            Ok(response) if response.status() == status => {
+            Ok(response) if status == StatusCode::OK || response.status() == status => {
                 sent.fetch_add(1, Ordering::Relaxed);
+                if response.status() == StatusCode::TOO_MANY_REQUESTS {
+                    refused.fetch_add(1, Ordering::Relaxed);
+                }
             }
             Ok(response) => panic!("answered {}", response.status()),
             Err(e) => panic!("{e}"),
@@ -92,11 +113,20 @@ async fn main() {
     }
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let h = ProxySpec::new(&flags)
-        .policy(&grant(
-            "health",
-            &["nodes/healthz"],
-            &["get"],
-            &[Subject::Group("probes")],
+        .policy(&format!(
+            "{}---\n{}",
+            grant(
+                "health",
+                &["nodes/healthz"],
+                &["get"],
+                &[Subject::Group("probes")],
+            ),
+            grant(
+                "exec",
+                &["nodes/proxy"],
+                &["get", "create"],
+                &[Subject::Group("actors"), Subject::User("admin")],
+            )
         ))
         .start()
         .await;
@@ -104,8 +134,18 @@ async fn main() {
     let (target, status, groups): (String, StatusCode, &[&str]) = match args.case.as_str() {
         "refused" => (format!("/pods?q={query}"), StatusCode::FORBIDDEN, &[]),
         "allowed" => (format!("/healthz?q={query}"), StatusCode::OK, &["probes"]),
-        other => panic!("--case {other}: refused or allowed"),
+        // Whatever the kubelet answers an exec without an upgrade.
+        "acts" => (
+            format!("/exec/ns/pod/ctr?command={query}"),
+            StatusCode::OK,
+            &["actors"],
+        ),
+        other => panic!("--case {other}: refused, allowed or acts"),
     };
+    let session = ExecSession::open(&h.http1_user("admin"), EXEC_PROTOCOL).await;
+    let exec_id = session.headers["audit-id"].to_str().unwrap().to_owned();
+    session.close().await;
+    let refused = Arc::new(AtomicU64::new(0));
     let sent = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let until = start + Duration::from_secs(args.seconds);
@@ -119,6 +159,7 @@ async fn main() {
                 status,
                 until,
                 Arc::clone(&sent),
+                Arc::clone(&refused),
             ));
         }
     }
@@ -140,13 +181,16 @@ async fn main() {
         .await;
     println!(
         "case={} budget={} identities={} seconds={elapsed:.1} requests/s={:.0} audit_bytes/s={:.0} \
-         audit_bytes/s_after_first_quarter={:.0} audit_bytes={bytes} suppressed={suppressed} dropped={dropped}",
+         audit_bytes/s_after_first_quarter={:.0} audit_bytes={bytes} suppressed={suppressed} dropped={dropped} \
+         refused_429={} admin_exec_kept={}",
         args.case,
         if args.budget_off { "off" } else { "default" },
         args.identities,
         total as f64 / elapsed,
         bytes as f64 / elapsed,
         (bytes - bytes_at_quarter) as f64 / rest,
+        refused.load(Ordering::Relaxed),
+        kept(dir.path(), &exec_id),
     );
     h.shutdown().await;
 }

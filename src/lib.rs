@@ -40,8 +40,10 @@
 //!   written off the request path, each bounded in size (cut, never dropped); which events are
 //!   written at all decided by an `audit.k8s.io/v1` policy ([`audit::policy`],
 //!   `--audit-policy-file`); a byte budget per identity and overall keeps floods from rotating
-//!   earlier events out ([`audit::budget`], `summary`); never for requests that act
-//!   ([`audit::acts`]).
+//!   earlier events out ([`audit::budget`], `summary`), the one admission point of audit bytes:
+//!   requests that act ([`audit::acts`]) pass it before they reach the kubelet and are then
+//!   written whatever it holds, an identity past its fair share refused with 429; the first
+//!   read of each identity, verb and subresource a minute is always written.
 //! - [`forward`]: forwarding to the kubelet: header hygiene, streaming (the kubelet's chunks
 //!   gathered into frames as large as what is readable, `coalesce`), upgrades (exec, attach and
 //!   portForward only, one task owning each session, copied both ways in full TLS records,

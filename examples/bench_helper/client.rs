@@ -648,7 +648,7 @@ fn with_unused_bits(json: &str) -> String {
     const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut json = json.to_owned();
     let mut encoded = URL_SAFE_NO_PAD.encode(&json);
-    while encoded.len() % 4 == 0 {
+    while encoded.len().is_multiple_of(4) {
         json.push(' ');
         encoded = URL_SAFE_NO_PAD.encode(&json);
     }

@@ -154,4 +154,8 @@ pub struct Suppressed {
     /// Of those events, how many because the identity's own budget was spent; the rest because
     /// the overall one was.
     pub own_budget: u64,
+    /// Acts refused before they reached the kubelet: the identity was over its fair share.
+    pub acts_refused: u64,
+    /// The events not written, by subresource (empty: refused before the path was mapped).
+    pub subresources: Vec<(&'static str, u64)>,
 }

@@ -400,6 +400,12 @@ impl ReviewsSkipped {
 impl Suppressed {
     /// A summary event's annotations, keys in sorted order.
     pub(super) fn entries<M: serde::ser::SerializeMap>(&self, map: &mut M) -> Result<(), M::Error> {
+        if self.acts_refused > 0 {
+            map.serialize_entry(
+                "kubelet-auth-proxy.io/acts-refused",
+                &self.acts_refused.to_string(),
+            )?;
+        }
         map.serialize_entry(
             "kubelet-auth-proxy.io/suppressed-bytes",
             &self.bytes.to_string(),
@@ -418,11 +424,32 @@ impl Suppressed {
             self.own_budget,
             self.events - self.own_budget.min(self.events),
         ) {
+            (0, 0) => "acts_refused",
             (0, _) => "overall_budget",
             (_, 0) => "budget",
             _ => "budget,overall_budget",
         };
-        map.serialize_entry("kubelet-auth-proxy.io/suppressed-reason", reason)
+        map.serialize_entry("kubelet-auth-proxy.io/suppressed-reason", reason)?;
+        if !self.subresources.is_empty() {
+            let mut by_subresource = self.subresources.clone();
+            by_subresource.sort_unstable();
+            let listed: Vec<String> = by_subresource
+                .iter()
+                .map(|(subresource, n)| {
+                    let subresource = if subresource.is_empty() {
+                        "(unmapped)"
+                    } else {
+                        subresource
+                    };
+                    format!("{subresource}={n}")
+                })
+                .collect();
+            map.serialize_entry(
+                "kubelet-auth-proxy.io/suppressed-subresources",
+                &listed.join(","),
+            )?;
+        }
+        Ok(())
     }
 }
 

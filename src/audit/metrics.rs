@@ -31,6 +31,7 @@ struct AuditOmittedLabels {
 pub struct AuditMetrics {
     dropped: Counter,
     suppressed: Family<SuppressedLabels, Counter>,
+    acts_refused: Counter,
     omitted: Family<AuditOmittedLabels, Counter>,
 }
 
@@ -42,6 +43,7 @@ impl AuditMetrics {
         register! { registry, metrics;
             dropped => "audit_events_dropped", "Audit events not written: the writer fell behind (queue full) or writing failed";
             suppressed => "audit_events_suppressed", "Audit events not written because their identity's (reason budget) or the overall (overall_budget) flood budget was spent; summary events name the identities";
+            acts_refused => "audit_acts_refused", "Requests that act (exec, attach, portForward, run, checkpoint, writes) refused with 429 before reaching the kubelet: the overall audit flood budget was spent and their identity wrote more than its fair share; summary events name the identities";
             omitted => "audit_events_omitted", "Audit events --audit-policy-file left out, by reason: no_rule (no rule matched: level None), level_none (the matching rule's level is None), omitted_stage (the rule's omitStages)";
         }
         metrics
@@ -64,6 +66,11 @@ impl AuditMetrics {
             }
         }
         self.suppressed.clone()
+    }
+
+    /// The counter of acts refused by the flood budget, handed to it.
+    pub fn acts_refused(&self) -> Counter {
+        self.acts_refused.clone()
     }
 
     /// The counters of audit events `--audit-policy-file` omits, one per reason, created now so

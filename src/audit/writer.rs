@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::{mpsc, watch};
 
-use super::budget::{Admission, Budget, Identity};
+use super::budget::{ActRefused, Budget, Charge, Identity};
 use super::event::AuditEvent;
 use super::json::{encode_bounded, encode_line};
 use super::policy::{PolicyGate, PolicyRequest, Stages};
@@ -275,14 +275,24 @@ impl AuditLog {
                     .map_or(Identity::Unauthenticated, |user| {
                         Identity::User(user.name.clone())
                     });
+                let (verb, subresource) = (
+                    event.verb,
+                    event.object_ref.as_ref().map_or("", |o| o.subresource),
+                );
                 let (message, bytes) = measured(event, self.max_event_size);
-                let admission = flood.budget.charge(&identity, bytes, acts);
+                let admission = flood.budget.charge(&Charge {
+                    identity: &identity,
+                    bytes,
+                    acts,
+                    verb,
+                    subresource,
+                });
                 for summary in flood.summaries.due(&flood.budget) {
                     let (summary, bytes) = measured(summary, self.max_event_size);
                     flood.budget.take(bytes);
                     self.send(summary);
                 }
-                if admission != Admission::Write {
+                if !admission.writes() {
                     return;
                 }
                 message
@@ -294,6 +304,21 @@ impl AuditLog {
             self.send(message);
         } else {
             self.dropped.inc();
+        }
+    }
+
+    /// Whether a request of `user` (`None`: unauthenticated) that acts may go on: its event will
+    /// be written whatever the flood budget holds, so it is admitted first ([`Budget::admit_act`]).
+    /// Always, without a flood budget.
+    pub fn admit_act(&self, user: Option<&str>) -> Result<(), ActRefused> {
+        match &self.flood {
+            Some(flood) => {
+                let identity = user.map_or(Identity::Unauthenticated, |name| {
+                    Identity::User(name.to_owned())
+                });
+                flood.budget.admit_act(&identity)
+            }
+            None => Ok(()),
         }
     }
 

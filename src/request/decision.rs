@@ -14,6 +14,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::Method;
 
@@ -402,6 +403,9 @@ pub enum Refusal<'a> {
     /// 503: an exec, attach or portForward whose audit event cannot be written
     /// (`--audit-log-require-for-streams`).
     AuditUnavailable,
+    /// 429: a request that acts, from an identity writing more than its fair share of audit
+    /// bytes while the audit log's flood budget is spent; it may try again after the duration.
+    AuditBudget(Duration),
     /// 429 or 503: no place among the requests in flight to the kubelet.
     Busy(&'a Busy),
     /// 400: the caller's request body could not be read.
@@ -443,6 +447,14 @@ impl Refusal<'_> {
                     "the audit log cannot be written (--audit-log-require-for-streams)",
                 ),
                 Outcome::AuditUnavailable,
+            ),
+            Refusal::AuditBudget(retry_after) => (
+                responses::too_many_requests_after(
+                    "this user's requests that act (exec, attach, portForward, run, checkpoint) \
+                     are over their share of the audit log (--audit-log-flood-retention)",
+                    *retry_after,
+                ),
+                Outcome::Throttled,
             ),
             Refusal::Busy(busy @ Busy::User(_)) => (
                 responses::too_many_requests(&busy.to_string()),

@@ -324,8 +324,17 @@ impl Pipeline {
                 warn!(%peer, "refusing a stream: its audit event cannot be written");
                 Some(Refusal::AuditUnavailable)
             }
+            None if acts
+                && let Some(audit) = &self.audit
+                && let Err(refused) = audit.admit_act(verdict.user().map(|u| u.name.as_str())) =>
+            {
+                debug!(%peer, retry_after = ?refused.retry_after, "refusing an act: over its audit share");
+                Some(Refusal::AuditBudget(refused.retry_after))
+            }
             None => None,
         };
+        // A refused act did not act: its event is metered as any other.
+        let acts = acts && refusal.is_none();
         let (response, outcome) = match (refusal, verdict.user()) {
             (Some(refusal), _) => refusal.answer(req.method()),
             (None, Some(user)) => {

@@ -2,6 +2,8 @@
 //! bodies are byte-for-byte the kubelet's (kubernetes v1.33 `pkg/kubelet/server/server.go`
 //! `InstallAuthFilter`), so clients and alerts written against the kubelet keep working.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue, LOCATION, RETRY_AFTER};
 use http::{Method, Response, StatusCode};
@@ -107,6 +109,16 @@ pub fn bad_gateway(reason: &str) -> Response<ResponseBody> {
 /// `Retry-After: 1`, as kube-apiserver's priority and fairness answers.
 pub fn too_many_requests(reason: &str) -> Response<ResponseBody> {
     retry_in_a_second(StatusCode::TOO_MANY_REQUESTS, reason)
+}
+
+/// 429 with `Retry-After` the whole seconds of `after` (at least 1), for a refusal that lasts.
+pub fn too_many_requests_after(reason: &str, after: Duration) -> Response<ResponseBody> {
+    let mut response = too_many_requests(reason);
+    let seconds = after.as_secs_f64().ceil().max(1.0) as u64;
+    response
+        .headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from(seconds));
+    response
 }
 
 /// 503 when every place for requests to the kubelet stayed taken; `Retry-After: 1`.

@@ -107,9 +107,12 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
                 None => log,
             };
             match retention {
-                Some(retention) => {
-                    log.with_budget(Budget::new(kept, retention, metrics.audit.suppressed()))
-                }
+                Some(retention) => log.with_budget(Budget::new(
+                    kept,
+                    retention,
+                    metrics.audit.suppressed(),
+                    metrics.audit.acts_refused(),
+                )),
                 None => log,
             }
         }),

@@ -11,6 +11,7 @@ mod test_data;
 mod admin;
 mod apiserver_failures;
 mod audit;
+mod audit_admission;
 mod audit_bounds;
 mod audit_policy;
 mod authorization;

@@ -170,6 +170,21 @@ impl<K: Eq + Hash + Clone, P: Pending> Table<K, P> {
         f(&mut overflow, Place::Overflow)
     }
 
+    /// Folds `f` over every entry with a key of its own, each refilled to `now`: one shard
+    /// locked at a time, so `f` must not look at the table. For what only a flood needs (the
+    /// audit budget's fair share), never per request.
+    pub fn fold<T>(&self, init: T, now: Instant, mut f: impl FnMut(T, &mut Entry<P>) -> T) -> T {
+        let mut acc = init;
+        for shard in &self.shards {
+            let mut shard = shard.lock().unwrap_or_else(PoisonError::into_inner);
+            for entry in shard.values_mut() {
+                entry.bucket.refill(self.limits, now);
+                acc = f(acc, entry);
+            }
+        }
+        acc
+    }
+
     /// Takes, for at most `limit` keys, what they had to report, from those whose last summary
     /// is at least `interval` old (all of them when `interval` is zero).
     pub fn take_due(&self, now: Instant, interval: Duration, limit: usize) -> Vec<Due<K, P>> {
