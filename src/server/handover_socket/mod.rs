@@ -22,6 +22,7 @@
 //! proxy binds its addresses itself (`server::listeners`); while a version from before handovers
 //! holds them, it stands by (`server::standby`).
 
+mod acl;
 mod directory;
 mod donor;
 mod fetch;
@@ -29,6 +30,7 @@ mod wire;
 
 use std::time::Duration;
 
+pub use acl::AclError;
 pub use directory::{DirectoryError, check_directory};
 pub use donor::Donor;
 pub use fetch::{FetchError, Fetched, fetch};
