@@ -145,18 +145,6 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    /// The `--handover-socket` could not be bound.
-    #[error(
-        "--handover-socket {}: cannot listen: {source}; the directory must exist and be writable by the proxy",
-        path.display()
-    )]
-    HandoverSocket {
-        /// The path.
-        path: std::path::PathBuf,
-        /// What the operating system said.
-        #[source]
-        source: std::io::Error,
-    },
     /// Another failure of the operating system at start.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -209,7 +197,14 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         }
         None => None,
     };
-    let (mut inherited, mut fetched) = sockets_given(config.handover_socket.as_deref()).await;
+    // The one gate before this process asks or answers on --handover-socket: past it, the
+    // handover cannot stop the start.
+    let handover_socket = config.handover_socket.as_deref().filter(|path| {
+        handover_socket::check(path)
+            .map_err(|e| handover_socket_off(&generation, e.cause(), &e))
+            .is_ok()
+    });
+    let (mut inherited, mut fetched) = sockets_given(handover_socket).await;
     let mut standby = Standby::new(
         config.handover_socket.is_some() && inherited.is_empty(),
         Arc::clone(&readiness.standing_by),
@@ -313,19 +308,19 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         shutdown.clone(),
     ));
     // Serving: now the path is this process's, and the proxy that handed over is told.
-    let donor = match &config.handover_socket {
-        Some(path) => Some(
-            Donor::serve(
-                path,
-                handover.try_clone()?,
-                generation,
-                shutdown.draining().clone(),
-            )
-            .map_err(|source| StartError::HandoverSocket {
-                path: path.clone(),
-                source,
-            })?,
-        ),
+    let donor = match handover_socket {
+        Some(path) => match Donor::serve(
+            path,
+            handover.try_clone()?,
+            generation.clone(),
+            shutdown.draining().clone(),
+        ) {
+            Ok(donor) => Some(donor),
+            Err(e) => {
+                handover_socket_off(&generation, e.cause(), &e);
+                None
+            }
+        },
         None => None,
     };
     if let Some(fetched) = fetched.take() {
@@ -347,6 +342,21 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         handover,
         donor,
     })
+}
+
+/// Says why `--handover-socket` is off, and counts it by `cause`: this process serves, on
+/// addresses it binds itself, but neither asks nor answers there.
+fn handover_socket_off(
+    generation: &generation::Generation,
+    cause: &'static str,
+    error: &dyn std::error::Error,
+) {
+    generation.handover_socket_off(cause);
+    warn!(
+        error = %error,
+        "--handover-socket is off: serving without taking the listening sockets from another \
+         proxy or handing them over there"
+    );
 }
 
 /// The sockets this process is given instead of binding: by systemd or the process that started

@@ -59,26 +59,32 @@ async fn no_process_of_the_proxy_s_user_can_join_its_listeners() {
 }
 
 #[tokio::test]
-async fn a_handover_directory_other_users_can_reach_is_refused_with_the_fix() {
+async fn check_config_warns_of_a_handover_directory_other_users_can_reach_naming_the_fix() {
     let site = ProcessSpec::new("handover-dir").prepare().await;
     let socket = handover_directory(&site.dir, 0o755);
     let flag = format!("--handover-socket={}", socket.display());
-    let mut args = site.command_line(std::slice::from_ref(&flag));
-    args.insert(0, "check-config".to_owned());
-    let checked = run(&site.dir, "check-config", &args).await;
-    checked.assert_code(2);
-    assert!(
-        checked.stderr.contains("--handover-socket")
-            && checked.stderr.contains("open to other users (mode 0755)")
-            && checked.stderr.contains("chmod o-rwx"),
-        "{}",
-        checked.stderr
-    );
-    assert!(
-        !socket.exists(),
-        "check-config created {}",
-        socket.display()
-    );
+    for (strict, code) in [(false, 0), (true, 2)] {
+        let mut args = site.command_line(std::slice::from_ref(&flag));
+        args.insert(0, "check-config".to_owned());
+        if strict {
+            args.push("--strict".to_owned());
+        }
+        let checked = run(&site.dir, "check-config", &args).await;
+        checked.assert_code(code);
+        assert!(
+            checked.stderr.contains("--handover-socket")
+                && checked.stderr.contains("open to other users (mode 0755)")
+                && checked.stderr.contains("chmod o-rwx")
+                && checked.stderr.contains("without handing its sockets over"),
+            "{}",
+            checked.stderr
+        );
+        assert!(
+            !socket.exists(),
+            "check-config created {}",
+            socket.display()
+        );
+    }
 
     // Made the proxy's own, it is taken.
     std::fs::set_permissions(

@@ -268,6 +268,16 @@ mod tests {
     /// root, as an operator running `check-config`.
     const ROOT: Us = Us { uid: 0, gid: 0 };
 
+    /// What, the directory, its ACL attribute, who checks, and `None` if accepted or the words
+    /// of the refusal and of its hint.
+    type Case = (
+        &'static str,
+        Owner,
+        Option<Vec<u8>>,
+        Us,
+        Option<[&'static str; 2]>,
+    );
+
     #[test]
     fn every_mode_and_acl_is_decided_on_the_effective_access_and_a_refusal_names_it() {
         use crate::server::handover_socket::acl::tests::{named_user, xattr};
@@ -277,9 +287,7 @@ mod tests {
             gid: 10250,
             mode,
         };
-        // (what, the directory, its ACL attribute, who checks, None if accepted or the words of
-        // the refusal and of its hint)
-        let cases: Vec<(&str, Owner, Option<Vec<u8>>, Us, Option<[&str; 2]>)> = vec![
+        let cases: Vec<Case> = vec![
             ("0770 root:proxy group", root_dir(0o770), None, PROXY, None),
             (
                 "0700 of the proxy's user",
