@@ -13,6 +13,7 @@ pub mod http_server;
 pub mod listen_fds;
 mod listeners;
 pub mod metrics;
+mod port_holder;
 mod services;
 pub mod serving_threads;
 mod standby;
@@ -168,7 +169,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     let shutdown = config.shutdown.clone();
     let readiness = admin::listener::Readiness {
         listening: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        standing_by: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        waiting: Arc::default(),
         draining: shutdown.draining().clone(),
         hold: config
             .decider
@@ -207,7 +208,9 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     let (mut inherited, mut fetched) = sockets_given(handover_socket).await;
     let mut standby = Standby::new(
         config.handover_socket.is_some() && inherited.is_empty(),
-        Arc::clone(&readiness.standing_by),
+        config.listen_addresses.clone(),
+        Arc::clone(&readiness.waiting),
+        Arc::clone(&metrics),
     );
     // The admin listener next: while the kubelet API's address is still held (by the kubelet,
     // during a rollout), /healthz says the process is alive and /readyz that it does not serve
@@ -242,6 +245,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             .await?,
         );
     }
+    standby.done();
     inherited.close_unclaimed();
     for listener in &listeners {
         handover.add(Role::KubeletApi, listener)?;

@@ -2,14 +2,17 @@
 //! `--handover-socket` (its directory's mode or ACL, something else than the proxy's socket at
 //! the path or the name beside it), the proxy starts and serves without it, and says why.
 
+use std::net::SocketAddr;
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use http::StatusCode;
+use tokio::task::JoinHandle;
 
-use crate::joining::handover_directory;
+use crate::joining::{answer_as_previous_version, handover_directory};
 use crate::support::client::{H2_AND_HTTP1, plain_get};
-use crate::support::process::{BINARY, Deployment, ProcessSpec, ProxyProcess};
+use crate::support::eventually;
+use crate::support::process::{BINARY, Deployment, ProcessSpec, ProxyProcess, run};
 
 /// `setfacl`, from the `acl` package (the CI script installs it).
 const SETFACL: &str = "/usr/bin/setfacl";
@@ -205,5 +208,218 @@ async fn whatever_is_wrong_with_the_handover_socket_the_proxy_starts_serves_and_
         } else if prepare.is_none() {
             assert!(!socket.exists(), "{what}: bound {}", socket.display());
         }
+    }
+}
+
+/// A process that is not a proxy (`sleep`) holding a listening socket on `addr`, its standard
+/// input; killed when dropped.
+struct Foreign(std::process::Child);
+
+impl Foreign {
+    fn hold(addr: SocketAddr) -> Foreign {
+        let listener = std::net::TcpListener::bind(addr).unwrap();
+        let child = std::process::Command::new("sleep")
+            .arg("600")
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                listener,
+            )))
+            .spawn()
+            .unwrap();
+        Foreign(child)
+    }
+
+    /// How the standby names it.
+    fn named(&self) -> String {
+        format!("pid {} (sleep)", self.0.id())
+    }
+}
+
+impl Drop for Foreign {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Two distinct free loopback addresses (both bound at once, then let go of).
+fn free_addresses() -> (SocketAddr, SocketAddr) {
+    let bind = || std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (one, other) = (bind(), bind());
+    (one.local_addr().unwrap(), other.local_addr().unwrap())
+}
+
+/// Who holds the kubelet API address while the new proxy starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ApiHolder {
+    /// The previous version, which answers on the admin address.
+    Previous,
+    /// Another process, from the start.
+    Other,
+    /// The previous version, then, once the new proxy stands by, another process takes it
+    /// before the previous version lets go of the admin address.
+    PreviousThenOther,
+}
+
+/// What, whether a previous version answers on the admin address, who holds the kubelet API's,
+/// and what the new proxy says meanwhile: whether it is ready, the words of its `/readyz` answer
+/// and of its log (`{api}` standing for the kubelet API address, `{other}` for the other process),
+/// and whom the standby gauge counts.
+type StandbyCase = (
+    &'static str,
+    bool,
+    ApiHolder,
+    bool,
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+);
+
+/// What the new process's `/readyz` answered, through `admin-probe` on its own socket: whether
+/// 200, and the body (after the status `admin-probe` prints before it).
+async fn readyz(site: &Deployment, socket: &Path) -> (bool, String) {
+    let args = vec![
+        "admin-probe".to_owned(),
+        format!("--admin-socket={}", socket.display()),
+        "/readyz".to_owned(),
+    ];
+    let said = run(&site.dir, "admin-probe", &args).await;
+    let text = said.stdout + &said.stderr;
+    let body = text
+        .split_once("Service Unavailable: ")
+        .map_or(text.as_str(), |(_, body)| body)
+        .trim_end()
+        .to_owned();
+    (said.status.success(), body)
+}
+
+#[tokio::test]
+async fn standing_by_is_ready_only_for_a_previous_version_and_names_any_other_holder() {
+    let not_previous = "standing by, not ready: --listen-address {api} is held by {other}, not by \
+                        the previous version of the proxy";
+    let cases: [StandbyCase; 4] = [
+        (
+            "a previous version holds both addresses",
+            true,
+            ApiHolder::Previous,
+            true,
+            "ok",
+            "a previous version of the proxy, which cannot hand its sockets over",
+            Some("previous_version"),
+        ),
+        (
+            "a previous version holds the admin address, another process the kubelet API's",
+            true,
+            ApiHolder::Other,
+            false,
+            not_previous,
+            not_previous,
+            Some("other_process"),
+        ),
+        (
+            "another process took the kubelet API's while the previous version let go",
+            true,
+            ApiHolder::PreviousThenOther,
+            false,
+            not_previous,
+            not_previous,
+            Some("other_process"),
+        ),
+        (
+            "another process holds the kubelet API's, no previous version",
+            false,
+            ApiHolder::Other,
+            false,
+            "waiting for --listen-address",
+            "{other}",
+            None,
+        ),
+    ];
+    for (what, previous, api_held, ready, readyz_words, log_words, counted) in cases {
+        let site = ProcessSpec::new("standby-holders").prepare().await;
+        let (api, admin) = free_addresses();
+        let previous_admin = match previous {
+            true => Some(answer_as_previous_version(
+                tokio::net::TcpListener::bind(admin).await.unwrap(),
+            )),
+            false => None,
+        };
+        let mut previous_api =
+            (api_held != ApiHolder::Other).then(|| std::net::TcpListener::bind(api).unwrap());
+        let mut other = (api_held == ApiHolder::Other).then(|| Foreign::hold(api));
+        let socket = site.dir.path().join("new-admin.sock");
+        let args = [
+            format!("--listen-address={api}"),
+            format!("--admin-listen-address={admin}"),
+            format!(
+                "--handover-socket={}",
+                handover_directory(&site.dir, 0o700).display()
+            ),
+            format!("--admin-socket={}", socket.display()),
+        ];
+        let log = || std::fs::read_to_string(site.dir.path().join("new.stderr")).unwrap();
+        let new = site.start("new", &args);
+        let scenario = async {
+            if api_held == ApiHolder::PreviousThenOther {
+                eventually("the new process stands by, ready", || async {
+                    readyz(&site, &socket).await.0.then_some(())
+                })
+                .await;
+                drop(previous_api.take());
+                other = Some(Foreign::hold(api));
+                previous_admin.as_ref().map(JoinHandle::abort);
+            }
+            let named = |words: &str| {
+                let other = other.as_ref().map(Foreign::named).unwrap_or_default();
+                words
+                    .replace("{api}", &api.to_string())
+                    .replace("{other}", &other)
+            };
+            let (readyz_words, log_words) = (named(readyz_words), named(log_words));
+            let body = eventually(&format!("{what}: /readyz says {readyz_words}"), || async {
+                let (ok, body) = readyz(&site, &socket).await;
+                (ok == ready && body.contains(&readyz_words)).then_some(body)
+            })
+            .await;
+            // The log says it, once whatever the probes, and the gauge counts it.
+            eventually(&format!("{what}: the log says {log_words}"), || async {
+                log().contains(&log_words).then_some(())
+            })
+            .await;
+            if counted == Some("other_process") {
+                assert_eq!(log().matches(&body).count(), 1, "{what}: {}", log());
+            }
+            let metrics = run(
+                &site.dir,
+                "admin-probe",
+                &[
+                    "admin-probe".to_owned(),
+                    format!("--admin-socket={}", socket.display()),
+                    "/metrics".to_owned(),
+                ],
+            )
+            .await
+            .stdout;
+            for holder in ["previous_version", "other_process"] {
+                let gauge = crate::support::metrics::total(
+                    &metrics,
+                    "kubelet_auth_proxy_standby",
+                    &[("holder", holder)],
+                );
+                let expected = f64::from(u8::from(counted == Some(holder)));
+                assert_eq!(gauge, expected, "{what}: {holder}");
+            }
+            // Once every holder lets go, the new process takes the addresses.
+            drop(other.take());
+            drop(previous_api.take());
+            previous_admin.as_ref().map(JoinHandle::abort);
+        };
+        let (new, ()) = tokio::join!(new, scenario);
+        assert_eq!(new.addr(), api, "{what}");
+        let alice = site.client(api, "alice", H2_AND_HTTP1);
+        assert_eq!(alice.get("/pods").await.status, StatusCode::OK, "{what}");
+        let metrics = plain_get(new.admin_addr(), "/metrics").await.text();
+        let standing_by =
+            crate::support::metrics::total(&metrics, "kubelet_auth_proxy_standby", &[]);
+        assert_eq!(standing_by, 0.0, "{what}: still counted standing by");
     }
 }

@@ -115,6 +115,23 @@ struct PreviousVersion {
     admin_addr: SocketAddr,
 }
 
+/// Answers on `admin` as the admin address of a proxy from before handovers, until aborted.
+pub fn answer_as_previous_version(admin: tokio::net::TcpListener) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = admin.accept().await {
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/openmetrics-text; \
+                 version=1.0.0; charset=utf-8\r\ncontent-length: {}\r\nconnection: \
+                 close\r\n\r\n{PREVIOUS_METRICS}",
+                PREVIOUS_METRICS.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    })
+}
+
 impl PreviousVersion {
     async fn start() -> PreviousVersion {
         let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
@@ -125,19 +142,7 @@ impl PreviousVersion {
         socket.listen(128).unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin_addr = admin.local_addr().unwrap();
-        let admin = tokio::spawn(async move {
-            while let Ok((mut stream, _)) = admin.accept().await {
-                let mut request = [0u8; 1024];
-                let _ = stream.read(&mut request).await;
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/openmetrics-text; \
-                     version=1.0.0; charset=utf-8\r\ncontent-length: {}\r\nconnection: \
-                     close\r\n\r\n{PREVIOUS_METRICS}",
-                    PREVIOUS_METRICS.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-            }
-        });
+        let admin = answer_as_previous_version(admin);
         PreviousVersion {
             api: socket.into(),
             admin,
