@@ -124,6 +124,10 @@ impl Standby {
         {
             return;
         }
+        // A listen address is stood by for only once the admin address answered as the proxy.
+        if flag != ADMIN_FLAG && self.previous.is_none() {
+            return;
+        }
         self.probed = Some((Instant::now(), addr));
         let holder = port_holder::find(addr).await;
         if holder.is_nobody() {
@@ -169,7 +173,7 @@ impl Standby {
     }
 
     /// A listen address is held by `holder`: the previous version if it is the process that
-    /// answered as the proxy; not standing by if none did.
+    /// answered as the proxy on the admin address; not standing by if none did.
     fn on_listen(&self, flag: &'static str, addr: SocketAddr, holder: &Holder) -> Option<Verdict> {
         let previous = self.previous.as_ref()?;
         if holder.same_as(previous) {
@@ -236,10 +240,10 @@ impl Standby {
         }
     }
 
-    /// Every address is bound: no longer standing by.
-    pub(super) fn done(&mut self) {
+    /// Every address is bound: no longer standing by (readiness then reads that it listens).
+    pub(super) fn done(&self) {
         if self.verdict.is_some() {
-            self.settle(None);
+            self.metrics.standing_by(None);
         }
     }
 }

@@ -34,8 +34,10 @@ pub enum DirectoryError {
     },
     /// The directory's ACL cannot be read or made sense of.
     #[error(
-        "{}: its directory {} {source}; remove it (setfacl -b {})",
+        "{}: its directory {}: {source}; look at it with getfacl {} (setfacl -b {} removes \
+         every entry)",
         path.display(),
+        directory.display(),
         directory.display(),
         directory.display()
     )]
