@@ -11,10 +11,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 /// The kernel's state number of a listening socket.
 const LISTEN: &str = "0A";
-/// The most processes whose descriptors are looked at, and the most descriptors per process:
-/// finding the holder is bounded on a node with many of either.
-const MAX_PROCESSES: usize = 65_536;
-const MAX_DESCRIPTORS: usize = 65_536;
+/// The most descriptors looked at in one search, over all processes: finding the holder stays
+/// bounded on a node with very many of them; past it, holders not yet found stay unseen.
+const MAX_DESCRIPTORS: usize = 1 << 20;
 
 /// A listening socket: its inode and the user it belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -184,7 +183,11 @@ fn holding(sockets: &BTreeSet<Socket>) -> BTreeSet<Process> {
     let Ok(proc) = std::fs::read_dir("/proc") else {
         return found;
     };
-    for entry in proc.flatten().take(MAX_PROCESSES) {
+    let mut budget = MAX_DESCRIPTORS;
+    for entry in proc.flatten() {
+        if budget == 0 {
+            break;
+        }
         let Some(pid) = entry
             .file_name()
             .to_str()
@@ -195,9 +198,11 @@ fn holding(sockets: &BTreeSet<Socket>) -> BTreeSet<Process> {
         let Ok(descriptors) = std::fs::read_dir(entry.path().join("fd")) else {
             continue;
         };
-        let holds = descriptors.flatten().take(MAX_DESCRIPTORS).any(|fd| {
-            std::fs::read_link(fd.path())
-                .is_ok_and(|target| target.to_str().is_some_and(|t| links.contains(t)))
+        let holds = descriptors.flatten().any(|fd| {
+            budget = budget.saturating_sub(1);
+            budget > 0
+                && std::fs::read_link(fd.path())
+                    .is_ok_and(|target| target.to_str().is_some_and(|t| links.contains(t)))
         });
         if holds {
             let comm = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
