@@ -63,7 +63,8 @@
 //! - [`server`]: the process and its sockets. [`server::listen_fds`] takes the sockets systemd
 //!   or the process handing over passed in, or [`server::handover_socket`] fetches them from the
 //!   running proxy; the rest are bound (`listeners`, never joinable; `standby` while a version
-//!   from before handovers holds them); the accept loops (`accept`) hand each connection to the
+//!   from before handovers holds them, ready only while `port_holder` finds no other process on
+//!   them); the accept loops (`accept`) hand each connection to the
 //!   serving thread with the fewest ([`server::serving_threads`]: each thread has its own event
 //!   loop and kubelet connection pool, so a request stays on one thread). A connection
 //!   (`connection`: the TLS handshake, then HTTP) is served in the protocol its handshake agreed

@@ -385,8 +385,7 @@ fn main() -> anyhow::Result<ExitCode> {
                 // naming the flag, status 2, as for every other.
                 Err(
                     e @ (kubelet_auth_proxy::StartError::Bind { .. }
-                    | kubelet_auth_proxy::StartError::AdminSocket { .. }
-                    | kubelet_auth_proxy::StartError::HandoverSocket { .. }),
+                    | kubelet_auth_proxy::StartError::AdminSocket { .. }),
                 ) => {
                     eprintln!("kubelet-auth-proxy: {e}");
                     Ok(ExitCode::from(2))

@@ -2,11 +2,13 @@
 //! and `/metrics` (the one registry every layer registered its metrics in), in plain HTTP, meant
 //! for loopback and node-local probes.
 
+use std::borrow::Cow;
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
@@ -30,10 +32,9 @@ pub struct Readiness {
     /// Set once every `--listen-address` is bound; until then `/readyz` answers 503 (the
     /// address is still held, by the kubelet during a rollout).
     pub listening: Arc<AtomicBool>,
-    /// Set while a previous version of the proxy holds the addresses and this process stands by
-    /// to take them the instant it lets go (`crate::server::standby`): ready, so that a surge
-    /// rollout goes on and stops the old one.
-    pub standing_by: Arc<AtomicBool>,
+    /// What `/readyz` says until then: set as the server learns who holds the addresses
+    /// (`crate::server::standby`).
+    pub waiting: Arc<ArcSwap<Waiting>>,
     /// Cancelled when shutdown begins: from then on `/readyz` answers 503, so load balancers and
     /// probes stop sending traffic while requests finish.
     pub draining: CancellationToken,
@@ -41,6 +42,19 @@ pub struct Readiness {
     /// until its first complete list (for at most a bounded wait), so a rollout does not replace
     /// a synced proxy with one that has no opinion yet.
     pub hold: Option<Hold>,
+}
+
+/// Whether waiting for an address another process holds counts as ready.
+#[derive(Debug, Clone, Default)]
+pub enum Waiting {
+    /// Not ready: nothing says the holder will let go.
+    #[default]
+    Held,
+    /// Ready: the holder will let go once this process is ready (a previous version of the proxy
+    /// during a surge rollout, which deletes it only then).
+    ForTakeover,
+    /// Not ready, for this reason (who holds which address).
+    Blocked(Arc<str>),
 }
 
 /// Something that holds readiness back, and what `/readyz` says while it does.
@@ -54,18 +68,25 @@ pub struct Hold {
 
 impl Readiness {
     /// Why the proxy is not ready, if it is not.
-    fn not_ready(&self) -> Option<&str> {
+    fn not_ready(&self) -> Option<Cow<'_, str>> {
         if self.draining.is_cancelled() {
-            Some("shutting down")
-        } else if !self.listening.load(Ordering::Acquire)
-            && !self.standing_by.load(Ordering::Acquire)
-        {
-            Some("waiting for --listen-address: another process holds it")
-        } else if let Some(hold) = self.hold.as_ref().filter(|hold| (hold.holds)()) {
-            Some(&hold.reason)
-        } else {
-            None
+            return Some(Cow::Borrowed("shutting down"));
         }
+        if !self.listening.load(Ordering::Acquire) {
+            match &**self.waiting.load() {
+                Waiting::Held => {
+                    return Some(Cow::Borrowed(
+                        "waiting for --listen-address: another process holds it",
+                    ));
+                }
+                Waiting::Blocked(reason) => return Some(Cow::Owned(reason.to_string())),
+                Waiting::ForTakeover => {}
+            }
+        }
+        self.hold
+            .as_ref()
+            .filter(|hold| (hold.holds)())
+            .map(|hold| Cow::Borrowed(&*hold.reason))
     }
 }
 
@@ -111,7 +132,7 @@ fn serve_connection<IO>(
     let readiness = readiness.clone();
     tokio::spawn(async move {
         let service = service_fn(move |req| {
-            let response = respond(&req, &registry, readiness.not_ready());
+            let response = respond(&req, &registry, readiness.not_ready().as_deref());
             async move { Ok::<_, Infallible>(response) }
         });
         if let Err(e) = http.serve_connection(TokioIo::new(io), service).await {

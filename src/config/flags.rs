@@ -355,8 +355,10 @@ pub struct ProxyFlags {
 
     /// Hand the listening sockets to a new proxy, and take them from a running one, through this
     /// unix socket, instead of sharing the port: a surge rollout. Put it in a host directory only
-    /// the proxy's user can reach (mode 0700, or 0770 with the proxy's group; checked at start).
-    /// A new proxy asks it before binding; with nobody answering it binds its addresses itself.
+    /// the proxy's user can reach (mode 0700, or 0770 with the proxy's group; checked at start,
+    /// ACL included: otherwise, or with something else than its socket at the path, the proxy
+    /// serves without it and says why). A new proxy asks it before binding; with nobody
+    /// answering it binds its addresses itself.
     #[arg(long, value_name = "PATH", help_heading = "Operations")]
     pub handover_socket: Option<PathBuf>,
 

@@ -173,10 +173,14 @@ impl Settings {
             &mut errors,
             audit_settings(flags, authorization.as_ref(), &mut warnings),
         );
+        // A warning, not an error: the handover never stops a start (the server checks again).
         if let Some(path) = &flags.handover_socket
-            && let Err(e) = crate::server::handover_socket::check_directory(path)
+            && let Err(e) = crate::server::handover_socket::check(path)
         {
-            errors.push(flag_cause("--handover-socket", e));
+            warnings.push(Warning::new(
+                "--handover-socket",
+                format!("{e}; the proxy would serve without handing its sockets over there"),
+            ));
         }
         let node_name = authorization.as_ref().map(|a| a.node_name.as_str());
         let upstream = keep(&mut errors, upstream(flags, node_name, &mut reloads));

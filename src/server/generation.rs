@@ -39,11 +39,23 @@ pub struct HandoverFailureLabels {
     pub cause: &'static str,
 }
 
+/// Every cause of `--handover-socket` being off
+/// ([`crate::server::handover_socket::Unusable::cause`]), each series created at 0.
+const HANDOVER_SOCKET_OFF_CAUSES: [&str; 3] = ["directory", "taken", "io"];
+
+/// Labels of the handover socket being off.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandoverSocketOffLabels {
+    /// `directory`, `taken` or `io` (`HANDOVER_SOCKET_OFF_CAUSES`).
+    cause: &'static str,
+}
+
 /// The generation metrics, registered with the proxy's others.
 #[derive(Debug, Clone)]
 pub struct Generation {
     handovers: Counter,
     handover_failures: Family<HandoverFailureLabels, Counter>,
+    handover_socket_off: Family<HandoverSocketOffLabels, Gauge>,
 }
 
 impl Generation {
@@ -71,10 +83,19 @@ impl Generation {
         let generation = Generation {
             handovers: Counter::default(),
             handover_failures: Family::default(),
+            handover_socket_off: Family::default(),
         };
         register! { registry, generation;
             handovers => "handovers", "Upgrades in place (SIGUSR2) this process completed: a new process took the sockets and serves";
             handover_failures => "handover_failures", "Upgrades in place (SIGUSR2) that failed, by cause; this process went on serving";
+            handover_socket_off => "handover_socket_off", "1 while --handover-socket is set but off, by cause (directory: not the proxy's alone; taken: something else than the proxy's socket at the path or beside it; io): this process serves but neither takes sockets nor hands them over there; the log says why";
+        }
+        for cause in HANDOVER_SOCKET_OFF_CAUSES {
+            drop(
+                generation
+                    .handover_socket_off
+                    .get_or_create(&HandoverSocketOffLabels { cause }),
+            );
         }
         for cause in HANDOVER_FAILURE_CAUSES {
             drop(
@@ -89,6 +110,20 @@ impl Generation {
     /// Counts a completed handover.
     pub fn handed_over(&self) {
         self.handovers.inc();
+    }
+
+    /// Says that `--handover-socket` is off for `cause` (and for no other).
+    pub fn handover_socket_off(&self, cause: &'static str) {
+        for each in HANDOVER_SOCKET_OFF_CAUSES {
+            self.handover_socket_off
+                .get_or_create(&HandoverSocketOffLabels { cause: each })
+                .set(i64::from(each == cause));
+        }
+    }
+
+    /// Says that `--handover-socket` is this process's again.
+    pub fn handover_socket_on(&self) {
+        self.handover_socket_off("");
     }
 
     /// Counts a failed handover.

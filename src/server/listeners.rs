@@ -10,7 +10,8 @@ use tracing::warn;
 
 use super::StartError;
 use super::listen_fds::{Inherited, Role};
-use super::standby::{Standby, TAKEOVER_PAUSE};
+use super::port_holder;
+use super::standby::Standby;
 
 /// A hint for the bind errors operators meet.
 pub(super) fn bind_hint(error: &std::io::Error) -> &'static str {
@@ -65,8 +66,8 @@ pub(super) const ADMIN_FLAG: &str = "--admin-listen-address";
 /// passed in ([`crate::server::listen_fds`]). While another process holds the address (the kubelet
 /// still on the port during a rollout), retries with a backoff from 100 ms to 500 ms for up to
 /// `retry`, saying why once and then every minute; any other error, or still in use after that, is
-/// a [`StartError::Bind`]. While a previous version of the proxy holds it ([`Standby`]), retries
-/// every [`TAKEOVER_PAUSE`] for as long as it does.
+/// a [`StartError::Bind`]. While standing by ([`Standby`]: for a previous version of the proxy,
+/// ready, or for another process, not ready), retries for as long as it holds the address.
 pub(super) async fn bind(
     flag: &'static str,
     addr: SocketAddr,
@@ -96,18 +97,17 @@ pub(super) async fn bind(
                 return Ok(listener);
             }
             Err(source) if source.kind() == std::io::ErrorKind::AddrInUse => {
-                if role == Role::Admin {
-                    standby.consider(addr).await;
-                }
+                standby.consider(flag, addr).await;
                 if standby.active() {
-                    tokio::time::sleep(TAKEOVER_PAUSE).await;
+                    tokio::time::sleep(standby.pause()).await;
                     continue;
                 }
                 if started.elapsed() >= retry {
                     return Err(StartError::Bind { flag, addr, source });
                 }
                 if said.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
-                    warn!(flag, %addr, waited = ?started.elapsed(), ?retry, "address in use; retrying until it is free");
+                    let held_by = port_holder::find(addr).await;
+                    warn!(flag, %addr, %held_by, waited = ?started.elapsed(), ?retry, "address in use; retrying until it is free");
                     said = Some(Instant::now());
                 }
                 tokio::time::sleep(pause.min(retry.saturating_sub(started.elapsed()))).await;

@@ -1,6 +1,7 @@
 //! The server's metrics: client connections open and the cap on them, failed handshakes,
-//! connections closed for missing a deadline, connections each serving thread was handed, and
-//! which generation of the proxy serves ([`super::generation`]).
+//! connections closed for missing a deadline, connections each serving thread was handed, whom
+//! the process stands by for ([`super::standby`]), and which generation of the proxy serves
+//! ([`super::generation`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -18,6 +19,17 @@ struct ThreadLabels {
     thread: u16,
 }
 
+/// Who holds an address this process stands by for: `previous_version` (a proxy from before
+/// handovers: ready) or `other_process` (not ready); each series created at 0.
+const STANDBY_HOLDERS: [&str; 2] = ["previous_version", "other_process"];
+
+/// Labels of the standby gauge.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+struct StandbyLabels {
+    /// One of `STANDBY_HOLDERS`.
+    holder: &'static str,
+}
+
 /// The server's families.
 #[derive(Debug)]
 pub struct ServerMetrics {
@@ -26,6 +38,7 @@ pub struct ServerMetrics {
     handshake_failures: Counter,
     connection_timeouts: Counter,
     accepted: Family<ThreadLabels, Counter>,
+    standby: Family<StandbyLabels, Gauge>,
     generation: Generation,
 }
 
@@ -39,6 +52,7 @@ impl ServerMetrics {
             handshake_failures: Counter::default(),
             connection_timeouts: Counter::default(),
             accepted: Family::default(),
+            standby: Family::default(),
             generation: Generation::register(registry),
         };
         register! { registry, metrics;
@@ -47,6 +61,10 @@ impl ServerMetrics {
             handshake_failures => "tls_handshake_failures", "Client TLS handshakes that failed or timed out";
             connection_timeouts => "connection_timeouts", "Client connections closed because no request came within --header-read-timeout after the handshake, or within --idle-connection-timeout after the last one";
             accepted => "serving_thread_connections_accepted", "Client connections accepted, by serving thread (--serving-threads): how evenly the threads share the connections";
+            standby => "standby", "1 while this process (with --handover-socket) stands by for an address another process holds, by who holds it: previous_version (a proxy from before handovers; ready, takes each address the instant it is free) or other_process (not a proxy; not ready, the log and /readyz name it)";
+        }
+        for holder in STANDBY_HOLDERS {
+            drop(metrics.standby.get_or_create(&StandbyLabels { holder }));
         }
         metrics
     }
@@ -79,6 +97,16 @@ impl ServerMetrics {
         self.accepted
             .get_or_create(&ThreadLabels { thread })
             .clone()
+    }
+
+    /// Says whom this process stands by for: `previous_version`, `other_process`, or nobody
+    /// (`None`: it is not standing by).
+    pub(super) fn standing_by(&self, holder: Option<&'static str>) {
+        for each in STANDBY_HOLDERS {
+            self.standby
+                .get_or_create(&StandbyLabels { holder: each })
+                .set(i64::from(Some(each) == holder));
+        }
     }
 
     /// Build, start time and handovers.

@@ -13,6 +13,7 @@ pub mod http_server;
 pub mod listen_fds;
 mod listeners;
 pub mod metrics;
+mod port_holder;
 mod services;
 pub mod serving_threads;
 mod standby;
@@ -145,18 +146,6 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    /// The `--handover-socket` could not be bound.
-    #[error(
-        "--handover-socket {}: cannot listen: {source}; the directory must exist and be writable by the proxy",
-        path.display()
-    )]
-    HandoverSocket {
-        /// The path.
-        path: std::path::PathBuf,
-        /// What the operating system said.
-        #[source]
-        source: std::io::Error,
-    },
     /// Another failure of the operating system at start.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -180,7 +169,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
     let shutdown = config.shutdown.clone();
     let readiness = admin::listener::Readiness {
         listening: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        standing_by: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        waiting: Arc::default(),
         draining: shutdown.draining().clone(),
         hold: config
             .decider
@@ -209,10 +198,19 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         }
         None => None,
     };
-    let (mut inherited, mut fetched) = sockets_given(config.handover_socket.as_deref()).await;
+    // The one gate before this process asks or answers on --handover-socket: past it, the
+    // handover cannot stop the start.
+    let handover_socket = config.handover_socket.as_deref().filter(|path| {
+        handover_socket::check(path)
+            .map_err(|e| handover_socket_off(&generation, e.cause(), &e))
+            .is_ok()
+    });
+    let (mut inherited, mut fetched) = sockets_given(handover_socket).await;
     let mut standby = Standby::new(
         config.handover_socket.is_some() && inherited.is_empty(),
-        Arc::clone(&readiness.standing_by),
+        config.listen_addresses.clone(),
+        Arc::clone(&readiness.waiting),
+        Arc::clone(&metrics),
     );
     // The admin listener next: while the kubelet API's address is still held (by the kubelet,
     // during a rollout), /healthz says the process is alive and /readyz that it does not serve
@@ -247,6 +245,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             .await?,
         );
     }
+    standby.done();
     inherited.close_unclaimed();
     for listener in &listeners {
         handover.add(Role::KubeletApi, listener)?;
@@ -313,19 +312,19 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         shutdown.clone(),
     ));
     // Serving: now the path is this process's, and the proxy that handed over is told.
-    let donor = match &config.handover_socket {
-        Some(path) => Some(
-            Donor::serve(
-                path,
-                handover.try_clone()?,
-                generation,
-                shutdown.draining().clone(),
-            )
-            .map_err(|source| StartError::HandoverSocket {
-                path: path.clone(),
-                source,
-            })?,
-        ),
+    let donor = match handover_socket {
+        Some(path) => match Donor::serve(
+            path,
+            handover.try_clone()?,
+            generation.clone(),
+            shutdown.draining().clone(),
+        ) {
+            Ok(donor) => Some(donor),
+            Err(e) => {
+                handover_socket_off(&generation, e.cause(), &e);
+                None
+            }
+        },
         None => None,
     };
     if let Some(fetched) = fetched.take() {
@@ -347,6 +346,21 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         handover,
         donor,
     })
+}
+
+/// Says why `--handover-socket` is off, and counts it by `cause`: this process serves, on
+/// addresses it binds itself, but neither asks nor answers there.
+fn handover_socket_off(
+    generation: &generation::Generation,
+    cause: &'static str,
+    error: &dyn std::error::Error,
+) {
+    generation.handover_socket_off(cause);
+    warn!(
+        error = %error,
+        "--handover-socket is off: serving without taking the listening sockets from another \
+         proxy or handing them over there"
+    );
 }
 
 /// The sockets this process is given instead of binding: by systemd or the process that started

@@ -59,26 +59,32 @@ async fn no_process_of_the_proxy_s_user_can_join_its_listeners() {
 }
 
 #[tokio::test]
-async fn a_handover_directory_other_users_can_reach_is_refused_with_the_fix() {
+async fn check_config_warns_of_a_handover_directory_other_users_can_reach_naming_the_fix() {
     let site = ProcessSpec::new("handover-dir").prepare().await;
     let socket = handover_directory(&site.dir, 0o755);
     let flag = format!("--handover-socket={}", socket.display());
-    let mut args = site.command_line(std::slice::from_ref(&flag));
-    args.insert(0, "check-config".to_owned());
-    let checked = run(&site.dir, "check-config", &args).await;
-    checked.assert_code(2);
-    assert!(
-        checked.stderr.contains("--handover-socket")
-            && checked.stderr.contains("open to other users (mode 0755)")
-            && checked.stderr.contains("chmod o-rwx"),
-        "{}",
-        checked.stderr
-    );
-    assert!(
-        !socket.exists(),
-        "check-config created {}",
-        socket.display()
-    );
+    for (strict, code) in [(false, 0), (true, 2)] {
+        let mut args = site.command_line(std::slice::from_ref(&flag));
+        args.insert(0, "check-config".to_owned());
+        if strict {
+            args.push("--strict".to_owned());
+        }
+        let checked = run(&site.dir, "check-config", &args).await;
+        checked.assert_code(code);
+        assert!(
+            checked.stderr.contains("--handover-socket")
+                && checked.stderr.contains("open to other users (mode 0755)")
+                && checked.stderr.contains("chmod o-rwx")
+                && checked.stderr.contains("without handing its sockets over"),
+            "{}",
+            checked.stderr
+        );
+        assert!(
+            !socket.exists(),
+            "check-config created {}",
+            socket.display()
+        );
+    }
 
     // Made the proxy's own, it is taken.
     std::fs::set_permissions(
@@ -109,6 +115,23 @@ struct PreviousVersion {
     admin_addr: SocketAddr,
 }
 
+/// Answers on `admin` as the admin address of a proxy from before handovers, until aborted.
+pub fn answer_as_previous_version(admin: tokio::net::TcpListener) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = admin.accept().await {
+            let mut request = [0u8; 1024];
+            let _ = stream.read(&mut request).await;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/openmetrics-text; \
+                 version=1.0.0; charset=utf-8\r\ncontent-length: {}\r\nconnection: \
+                 close\r\n\r\n{PREVIOUS_METRICS}",
+                PREVIOUS_METRICS.len()
+            );
+            let _ = stream.write_all(answer.as_bytes()).await;
+        }
+    })
+}
+
 impl PreviousVersion {
     async fn start() -> PreviousVersion {
         let socket = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP)).unwrap();
@@ -119,19 +142,7 @@ impl PreviousVersion {
         socket.listen(128).unwrap();
         let admin = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let admin_addr = admin.local_addr().unwrap();
-        let admin = tokio::spawn(async move {
-            while let Ok((mut stream, _)) = admin.accept().await {
-                let mut request = [0u8; 1024];
-                let _ = stream.read(&mut request).await;
-                let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/openmetrics-text; \
-                     version=1.0.0; charset=utf-8\r\ncontent-length: {}\r\nconnection: \
-                     close\r\n\r\n{PREVIOUS_METRICS}",
-                    PREVIOUS_METRICS.len()
-                );
-                let _ = stream.write_all(answer.as_bytes()).await;
-            }
-        });
+        let admin = answer_as_previous_version(admin);
         PreviousVersion {
             api: socket.into(),
             admin,

@@ -26,6 +26,7 @@ mod fleet;
 mod forged_tokens;
 mod forwarding;
 mod fuzz_corpus;
+mod handing_over;
 mod hostile;
 mod hygiene;
 pub mod joining;

@@ -1,16 +1,16 @@
 //! The running proxy's side of `--handover-socket`: it answers a new proxy of its own user with
 //! copies of its listening sockets, one asker at a time, until one takes over or it stops.
 
-use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixStream;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::place::{Place, PlaceError};
 use super::wire::{self, ASK, DRAINING, SERVING};
 use super::{ANSWER_TIMEOUT, is_our_user};
 use crate::server::generation::Generation;
@@ -62,60 +62,6 @@ impl DonorError {
     }
 }
 
-/// The path, held by a socket of this process as long as no other process took it over.
-struct Place {
-    path: PathBuf,
-    listener: UnixListener,
-    /// The socket file's inode, which tells whether the path still names it.
-    inode: u64,
-}
-
-impl Place {
-    /// Binds a socket beside `path`, readable and writable by this user alone, and renames it
-    /// over `path`: the path never names nothing, and a socket another process left there is
-    /// replaced, never reused.
-    fn take(path: &Path) -> std::io::Result<Place> {
-        let name = path
-            .file_name()
-            .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
-        let mut beside = std::ffi::OsString::from(".");
-        beside.push(name);
-        beside.push(format!(".{}", std::process::id()));
-        let beside = path.with_file_name(beside);
-        match std::fs::remove_file(&beside) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-            _ => {}
-        }
-        let listener = UnixListener::bind(&beside)?;
-        std::fs::set_permissions(&beside, std::fs::Permissions::from_mode(0o600))?;
-        std::fs::rename(&beside, path)?;
-        let inode = std::fs::symlink_metadata(path)?.ino();
-        Ok(Place {
-            path: path.to_owned(),
-            listener,
-            inode,
-        })
-    }
-
-    /// Takes the path back if another process took it over and did not keep it (a new process
-    /// that failed after binding).
-    fn reclaim(&mut self) {
-        let ours = std::fs::symlink_metadata(&self.path).is_ok_and(|m| m.ino() == self.inode);
-        if ours {
-            return;
-        }
-        match Place::take(&self.path) {
-            Ok(place) => *self = place,
-            Err(e) => warn!(
-                path = %self.path.display(),
-                error = %e,
-                "cannot bind --handover-socket again; the next proxy on this node will bind its \
-                 addresses itself"
-            ),
-        }
-    }
-}
-
 /// Answers `--handover-socket` with this process's listening sockets.
 pub struct Donor {
     reclaim: Arc<Notify>,
@@ -130,7 +76,7 @@ impl Donor {
         sockets: HandoverSockets,
         generation: Generation,
         draining: CancellationToken,
-    ) -> std::io::Result<Donor> {
+    ) -> Result<Donor, PlaceError> {
         let place = Place::take(path)?;
         let reclaim = Arc::new(Notify::new());
         let task = tokio::spawn(run(
@@ -167,7 +113,7 @@ async fn run(
         let asker = tokio::select! {
             () = draining.cancelled() => return,
             () = reclaim.notified() => {
-                place.reclaim();
+                take_back(&mut place, &generation);
                 continue;
             }
             accepted = place.listener.accept() => match accepted {
@@ -198,8 +144,24 @@ async fn run(
             Err(e) => {
                 generation.handover_failed(e.cause());
                 warn!(error = %e, "--handover-socket: a handover failed; going on serving");
-                place.reclaim();
+                take_back(&mut place, &generation);
             }
+        }
+    }
+}
+
+/// Takes the path back if another process took it and did not keep it; if that fails, says why
+/// and counts the handover socket off: the next proxy on this node binds its addresses itself.
+fn take_back(place: &mut Place, generation: &Generation) {
+    match place.reclaim() {
+        Ok(()) => generation.handover_socket_on(),
+        Err(e) => {
+            generation.handover_socket_off(e.cause());
+            warn!(
+                error = %e,
+                "--handover-socket: cannot take the path back; the next proxy on this node will \
+                 bind its addresses itself"
+            );
         }
     }
 }

@@ -21,17 +21,55 @@
 //! When nobody answers (the first proxy on the node, or a version from before handovers) the new
 //! proxy binds its addresses itself (`server::listeners`); while a version from before handovers
 //! holds them, it stands by (`server::standby`).
+//!
+//! The handover never stops a start: when the directory is not the proxy's alone, or something
+//! else than the proxy's socket is at the path or the name beside it ([`check`]), the proxy says
+//! why and serves on addresses it binds itself, neither asking nor answering there.
 
+mod acl;
 mod directory;
 mod donor;
 mod fetch;
+mod place;
 mod wire;
 
 use std::time::Duration;
 
+pub use acl::AclError;
 pub use directory::{DirectoryError, check_directory};
 pub use donor::Donor;
 pub use fetch::{FetchError, Fetched, fetch};
+pub use place::PlaceError;
+
+/// Why `--handover-socket` is off: this process neither asks nor answers there.
+#[derive(Debug, thiserror::Error)]
+pub enum Unusable {
+    /// Its directory is not the proxy's alone.
+    #[error(transparent)]
+    Directory(#[from] DirectoryError),
+    /// Something else than the proxy's socket is at the path or the name beside it.
+    #[error(transparent)]
+    Place(#[from] PlaceError),
+}
+
+impl Unusable {
+    /// The `cause` label of the handover-socket-off metric: `directory`, `taken` or `io`.
+    pub fn cause(&self) -> &'static str {
+        match self {
+            Unusable::Directory(_) => "directory",
+            Unusable::Place(e) => e.cause(),
+        }
+    }
+}
+
+/// Whether `path` can be the handover socket, reading only: its directory is the proxy's alone
+/// ([`check_directory`]) and the path and the name beside it hold nothing or a socket of the
+/// proxy's user. The one gate before this process asks or answers there.
+pub fn check(path: &std::path::Path) -> Result<(), Unusable> {
+    check_directory(path)?;
+    place::examine(path)?;
+    Ok(())
+}
 
 /// How long either side waits for the other to connect, ask or answer; the new process then binds
 /// its addresses itself, the old one goes on serving.
