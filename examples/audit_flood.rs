@@ -7,7 +7,8 @@
 //! With `--case acts` the flooders are allowed to exec and send `GET /exec/…?command=<query>`
 //! without an upgrade (each an act, whose event the budget never suppresses), after an admin's
 //! exec; it says whether that exec is still in the kept files at the end, and how many acts were
-//! refused with 429.
+//! refused with 429. After any flood, each flooder reads node logs (`GET /logs/messages`) six
+//! times; it says how many of those reads have an event in the kept files.
 //!
 //! `cargo run --release --example audit_flood -- --case refused|allowed|acts [--budget-off]`
 
@@ -54,6 +55,32 @@ fn kept(dir: &Path, id: &str) -> bool {
             .filter(|e| e.file_name().to_string_lossy().starts_with("audit"))
             .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|text| text.contains(id)))
     })
+}
+
+/// The events of `GET /logs/messages` in the audit files of `dir`, and how many users they are of.
+fn log_reads(dir: &Path) -> (usize, usize) {
+    let mut users = std::collections::BTreeSet::new();
+    let mut events = 0;
+    for entry in std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(Result::ok)
+    {
+        if !entry.file_name().to_string_lossy().starts_with("audit") {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for event in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        {
+            if event["requestURI"] == "/logs/messages" {
+                events += 1;
+                users.insert(event["user"]["username"].to_string());
+            }
+        }
+    }
+    (events, users.len())
 }
 
 /// Bytes in the audit files of `dir`.
@@ -117,7 +144,7 @@ async fn main() {
             "{}---\n{}",
             grant(
                 "health",
-                &["nodes/healthz"],
+                &["nodes/healthz", "nodes/log"],
                 &["get"],
                 &[Subject::Group("probes")],
             ),
@@ -168,11 +195,21 @@ async fn main() {
     let bytes_at_quarter = audit_bytes(dir.path());
     tasks.join_all().await;
     let elapsed = start.elapsed().as_secs_f64();
+    let mut reads = 0;
+    for i in 0..args.identities {
+        let client = h.user(&format!("flooder-{i}"), groups);
+        for _ in 0..6 {
+            if client.get("/logs/messages").await.status == StatusCode::OK {
+                reads += 1;
+            }
+        }
+    }
     // Let the writer catch up with what was queued.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let bytes = audit_bytes(dir.path());
     let total = sent.load(Ordering::Relaxed);
     let rest = elapsed - quarter.as_secs_f64();
+    let logs = log_reads(dir.path());
     let suppressed = h
         .metric("kubelet_auth_proxy_audit_events_suppressed_total", &[])
         .await;
@@ -182,7 +219,8 @@ async fn main() {
     println!(
         "case={} budget={} identities={} seconds={elapsed:.1} requests/s={:.0} audit_bytes/s={:.0} \
          audit_bytes/s_after_first_quarter={:.0} audit_bytes={bytes} suppressed={suppressed} dropped={dropped} \
-         refused_429={} admin_exec_kept={}",
+         refused_429={} admin_exec_kept={} log_reads_served={reads} log_reads_audited={} \
+         readers_audited={}",
         args.case,
         if args.budget_off { "off" } else { "default" },
         args.identities,
@@ -191,6 +229,8 @@ async fn main() {
         (bytes - bytes_at_quarter) as f64 / rest,
         refused.load(Ordering::Relaxed),
         kept(dir.path(), &exec_id),
+        logs.0,
+        logs.1,
     );
     h.shutdown().await;
 }
