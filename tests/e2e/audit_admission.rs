@@ -9,8 +9,8 @@
 use std::path::Path;
 
 use http::StatusCode;
-use serde_json::Value;
 
+use crate::audit_bounds::events;
 use crate::support::TempDir;
 use crate::support::client::{Client, empty, request};
 use crate::support::eventually;
@@ -68,32 +68,6 @@ const CLASSES: &[Class] = &[
         acts: false,
     },
 ];
-
-/// Every event in the audit files of `dir` (the current file and its backups).
-fn events(dir: &Path) -> Vec<Value> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| {
-            path.file_name()
-                .unwrap()
-                .to_str()
-                .unwrap()
-                .starts_with("audit")
-        })
-        .collect();
-    files.sort();
-    files
-        .iter()
-        .flat_map(|path| {
-            std::fs::read_to_string(path)
-                .unwrap()
-                .lines()
-                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-                .collect::<Vec<_>>()
-        })
-        .collect()
-}
 
 /// A proxy keeping 1 MiB of audit files for an hour under any flood; the admin and the tenant
 /// may exec, read logs and pods; nobody may read `configz`.

@@ -23,7 +23,7 @@ const SUPPRESSED: &str = "kubelet_auth_proxy_audit_events_suppressed_total";
 const KEPT: usize = 1024 * 1024;
 
 /// Every event in the audit files of `dir` (the current file and its backups).
-fn events(dir: &Path) -> Vec<Value> {
+pub(crate) fn events(dir: &Path) -> Vec<Value> {
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
