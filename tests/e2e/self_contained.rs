@@ -26,6 +26,17 @@ const MANIFEST_DIR: &str = concat!("CARGO_MANIFEST", "_DIR");
 /// rustfmt split over a few lines.
 const MANIFEST_DIR_WINDOW: usize = 200;
 
+/// The one reference allowed to leave: CI's script may start the real API server beside the
+/// checkout when there is one (its suites skip without it, so a lone clone still passes).
+const ALLOWED: &[(&str, &str)] = &[(".ci/run", "shared/k8s")];
+
+/// Whether `escape` in `file` is one of [`ALLOWED`].
+fn allowed(file: &Path, escape: &Escape) -> bool {
+    ALLOWED
+        .iter()
+        .any(|(f, target)| file == Path::new(f) && escape.reference.contains(target))
+}
+
 /// One reference that leaves the repository.
 #[derive(Debug, PartialEq)]
 struct Escape {
@@ -183,6 +194,9 @@ fn no_tracked_file_refers_to_a_path_outside_the_repository() {
             continue;
         };
         for escape in escapes(file, &text) {
+            if allowed(file, &escape) {
+                continue;
+            }
             problems.push(format!(
                 "{}:{}: {}",
                 file.display(),
