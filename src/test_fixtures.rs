@@ -1,6 +1,6 @@
 //! Set-ups shared by the unit tests of several modules: the user a request is judged as, the
 //! authorizers and deciders with which the request decision's tests and `explain`'s tests judge
-//! the same requests, and an HTTP/2 client on loopback. Built in one place, so that those tests
+//! the same requests, an HTTP/2 client on loopback, and scratch directories. Built in one place, so that those tests
 //! state only what they ask and what they expect.
 
 use std::collections::BTreeMap;
@@ -174,4 +174,37 @@ pub(crate) async fn send_http2(
         .await
         .unwrap()
         .unwrap()
+}
+
+/// A scratch directory under the system temp dir, unique in the process, removed on drop. The
+/// path is public so tests join names to it as they need.
+pub(crate) struct TempDir(pub(crate) std::path::PathBuf);
+
+impl TempDir {
+    /// A new directory, `0700`, named after `name`.
+    pub(crate) fn new(name: &str) -> TempDir {
+        TempDir::with_mode(name, 0o700)
+    }
+
+    /// A new directory with the permission bits `mode`.
+    pub(crate) fn with_mode(name: &str, mode: u32) -> TempDir {
+        use std::os::unix::fs::PermissionsExt as _;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "kubelet-auth-proxy-unit-{name}-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        TempDir(path)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }

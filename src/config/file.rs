@@ -671,27 +671,13 @@ mod tests {
         ProxyFlags::augment_args(Command::new("kubelet-auth-proxy"))
     }
 
-    struct TempDir(PathBuf);
+    use crate::test_fixtures::TempDir;
 
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            let dir =
-                std::env::temp_dir().join(format!("kap-config-{name}-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-
-        fn write(&self, name: &str, text: &str) -> PathBuf {
-            let path = self.0.join(name);
-            std::fs::write(&path, text).unwrap();
-            path
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
+    /// Writes `text` to `name` in `dir`; its path.
+    fn write(dir: &TempDir, name: &str, text: &str) -> PathBuf {
+        let path = dir.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
     }
 
     /// Parses `args` as the binary does: expand the files, parse again.
@@ -719,7 +705,8 @@ mod tests {
     #[test]
     fn every_flag_is_a_camel_case_field_and_flags_win() {
         let dir = TempDir::new("fields");
-        let path = dir.write(
+        let path = write(
+            &dir,
             "proxy.yaml",
             &format!(
                 "{HEADER}upstream: https://127.0.0.1:10250\nupstreamCaFile: ca.crt\nnodeName: from-file\n\
@@ -798,7 +785,7 @@ mod tests {
             ("a: [\n".to_owned(), "not valid YAML"),
         ];
         for (i, (text, expected)) in cases.iter().enumerate() {
-            let path = dir.write(&format!("bad{i}.yaml"), text);
+            let path = write(&dir, &format!("bad{i}.yaml"), text);
             let err = parse(&["--config", path.to_str().unwrap()]).unwrap_err();
             assert!(
                 err.contains("--config") && err.contains(&format!("bad{i}.yaml")),
@@ -816,7 +803,8 @@ mod tests {
     #[test]
     fn kubelet_configuration_defaults_and_overrides() {
         let dir = TempDir::new("kubelet");
-        let path = dir.write(
+        let path = write(
+            &dir,
             "kubelet.yaml",
             "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
              address: 127.0.0.1\ncgroupDriver: systemd\nfeatureGates: {A: true}\n\
@@ -853,7 +841,8 @@ mod tests {
         );
 
         // --config beats the KubeletConfiguration, and flags beat both.
-        let config = dir.write(
+        let config = write(
+            &dir,
             "proxy.yaml",
             &format!("{HEADER}anonymousAuth: true\ntlsMinVersion: VersionTLS12\n"),
         );
@@ -901,7 +890,7 @@ mod tests {
             ),
         ];
         for (i, (text, expected)) in cases.iter().enumerate() {
-            let path = dir.write(&format!("k{i}.yaml"), text);
+            let path = write(&dir, &format!("k{i}.yaml"), text);
             let err = parse(&["--kubelet-config", path.to_str().unwrap()]).unwrap_err();
             assert!(err.contains("--kubelet-config"), "{err}");
             assert!(

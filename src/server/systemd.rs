@@ -176,28 +176,8 @@ fn abstract_address(_name: &[u8]) -> io::Result<SocketAddr> {
 mod tests {
     use super::*;
     use std::ffi::OsString;
-    use std::path::PathBuf;
 
-    /// A directory under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str) -> TempDir {
-            let path = std::env::temp_dir().join(format!(
-                "kubelet-auth-proxy-systemd-{name}-{}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).unwrap();
-            TempDir(path)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::test_fixtures::TempDir;
 
     /// A listener standing in for systemd's notification socket.
     fn listener(dir: &TempDir) -> (UnixDatagram, NotifySocket) {

@@ -215,49 +215,24 @@ fn decide(directory: &Path, meta: Owner, acl: Option<&Acl>, us: Us) -> Result<()
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt as _;
 
-    /// A directory under the system temp dir with `mode`, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(name: &str, mode: u32) -> TempDir {
-            let path = std::env::temp_dir().join(format!(
-                "kubelet-auth-proxy-handover-{name}-{}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&path);
-            std::fs::create_dir_all(&path).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
-            TempDir(path)
-        }
-
-        fn socket(&self) -> PathBuf {
-            self.0.join("handover.sock")
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::test_fixtures::TempDir;
 
     #[test]
     fn a_directory_of_the_proxy_s_own_is_accepted() {
-        check_directory(&TempDir::new("own", 0o700).socket()).unwrap();
-        check_directory(&TempDir::new("group", 0o770).socket()).unwrap();
+        check_directory(&TempDir::with_mode("own", 0o700).0.join("handover.sock")).unwrap();
+        check_directory(&TempDir::with_mode("group", 0o770).0.join("handover.sock")).unwrap();
     }
 
     #[test]
     fn a_directory_others_can_reach_is_refused_with_the_fix() {
-        let error = check_directory(&TempDir::new("others", 0o755).socket())
+        let error = check_directory(&TempDir::with_mode("others", 0o755).0.join("handover.sock"))
             .unwrap_err()
             .to_string();
         assert!(error.contains("open to other users (mode 0755)"), "{error}");
         assert!(error.contains("chmod o-rwx"), "{error}");
         assert!(matches!(
-            check_directory(&TempDir::new("sticky", 0o1777).socket()),
+            check_directory(&TempDir::with_mode("sticky", 0o1777).0.join("handover.sock")),
             Err(DirectoryError::Shared { .. })
         ));
     }
@@ -464,8 +439,8 @@ mod tests {
             println!("{SETFACL} is not installed (apt-get install acl): not run");
             return;
         }
-        let dir = TempDir::new("acl", 0o770);
-        check_directory(&dir.socket()).unwrap();
+        let dir = TempDir::with_mode("acl", 0o770);
+        check_directory(&dir.0.join("handover.sock")).unwrap();
         let set = std::process::Command::new(SETFACL)
             .args(["-m", "u:20001:rwx"])
             .arg(&dir.0)
@@ -478,7 +453,9 @@ mod tests {
             );
             return;
         }
-        let error = check_directory(&dir.socket()).unwrap_err().to_string();
+        let error = check_directory(&dir.0.join("handover.sock"))
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("entry user:20001:rwx lets uid 20001 create files there"),
             "{error}"
