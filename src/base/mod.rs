@@ -4,12 +4,14 @@
 //! two-step shutdown every long-lived task watches ([`shutdown`]), a recurring failure said once
 //! a minute per cause ([`reports`]), the HTTP and WebSocket knowledge authentication and
 //! forwarding share ([`wire`]), the response body that holds a place until it ends
-//! ([`held_body`]), and the metric conventions every layer's metrics follow ([`metrics`]).
+//! ([`held_body`]), the metric conventions every layer's metrics follow ([`metrics`]), and Kubernetes' name
+//! rules ([`names`]).
 
 pub mod budget;
 pub mod certificates;
 pub mod held_body;
 pub mod metrics;
+pub mod names;
 pub mod reload;
 pub mod reports;
 pub mod shutdown;
