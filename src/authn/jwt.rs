@@ -28,7 +28,7 @@ pub const LEEWAY: Duration = Duration::from_secs(60);
 /// parts are spelled with such bits set is, for the API server, the same token; judging it so
 /// here keeps a forgery spelled that way from reaching TokenReview, and a real token spelled
 /// that way from being refused on the node.
-const GO_RAW_URL: GeneralPurpose = GeneralPurpose::new(
+pub(crate) const GO_RAW_URL: GeneralPurpose = GeneralPurpose::new(
     &URL_SAFE,
     GeneralPurposeConfig::new()
         .with_encode_padding(false)
@@ -343,7 +343,7 @@ fn unix(seconds: f64) -> SystemTime {
 /// with Unicode simple folding (`ſ` is an `s`), the last match wins, `null` names none, and a
 /// payload that is not a JSON object, or whose matching value is neither a string nor `null`,
 /// names no issuer. Bytes that are not UTF-8 are read as U+FFFD, as Go does.
-fn issuer(payload: &[u8]) -> Option<String> {
+pub(crate) fn issuer(payload: &[u8]) -> Option<String> {
     struct Issuer;
     impl<'de> Visitor<'de> for Issuer {
         type Value = Option<String>;
@@ -462,7 +462,7 @@ pub fn classify<'a>(
 /// (it re-encodes what it decoded), so that a part spelled with its unused bits set verifies
 /// as the API server would verify it. A canonical token (every one the issuer makes) is its
 /// own signing input, borrowed.
-fn signing_input<'a>(token: &'a str, header: &[u8], payload: &[u8]) -> Cow<'a, [u8]> {
+pub(crate) fn signing_input<'a>(token: &'a str, header: &[u8], payload: &[u8]) -> Cow<'a, [u8]> {
     let canonical = format!(
         "{}.{}",
         GO_RAW_URL.encode(header),
