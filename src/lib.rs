@@ -33,7 +33,9 @@
 //!   [`authn::service_account_keys`] keeps current), so a forged one never becomes a review;
 //!   every review passes one gate, a budget of failures per source address and per node that
 //!   keeps a place for sources in good standing ([`authn::failure_budget`]), and refusals are
-//!   cached like any answer.
+//!   cached like any answer. [`authn::structured`]: kube-apiserver's AuthenticationConfiguration
+//!   decided on the node, its CEL claim mappings and validation rules in
+//!   [`authn::structured::expressions`].
 //! - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!   authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
 //!   [`authz::rbac`] matching, [`authz::live_rbac`]: the cluster's roles and bindings listed and

@@ -21,6 +21,7 @@
 
 pub mod check;
 pub mod cost;
+mod escaping;
 
 use std::sync::{Arc, LazyLock};
 
@@ -29,6 +30,7 @@ use cel::{Env, ParseErrors, Program};
 
 pub use check::{Object, Type, Variable};
 pub use cost::{PER_CALL_LIMIT, STATIC_ESTIMATED_COST_LIMIT, Size, Sizes, cost};
+pub use escaping::unescape;
 
 /// cel-go's parser limit on an expression's length, in code points, which kube-apiserver keeps.
 pub const MAX_EXPRESSION_CODE_POINTS: usize = 100_000;

@@ -54,6 +54,11 @@ pub enum Type {
     Map(&'static Type, &'static Type),
     /// An object with declared fields.
     Object(&'static Object),
+    /// An optional value (`x.?f`, `m[?k]`) of a type, or of a type nothing has bound yet
+    /// (`None`): cel-go's type variable, which the value `orValue()` falls back on binds, so
+    /// that `claims[?'a']['b'].orValue(true)` is a `bool` where `claims.?a.orValue(true)` is
+    /// `dyn`.
+    Optional(Option<&'static Type>),
     /// Any type.
     Dyn,
 }
@@ -73,13 +78,26 @@ impl fmt::Display for Type {
             Type::List(element) => write!(f, "list({element})"),
             Type::Map(key, value) => write!(f, "map({key}, {value})"),
             Type::Object(object) => f.write_str(object.name),
+            Type::Optional(value) => write!(f, "optional_type({})", value.unwrap_or(&Type::Dyn)),
             Type::Dyn => f.write_str("dyn"),
         }
     }
 }
 
 impl Type {
-    /// The type of `self.field`: an object's declared field, a map's value.
+    /// The type of `self.field`: an object's declared field, a map's value; on an optional, the
+    /// optional of its value's field, as cel-go's checker selects through an optional.
+    fn select(self, field: &str) -> Result<Type, CompileError> {
+        match self {
+            Type::Optional(value) => {
+                let value = value.unwrap_or(&Type::Dyn);
+                Ok(Type::Optional(Some(value.field(field)?)))
+            }
+            other => other.field(field).copied(),
+        }
+    }
+
+    /// The declared type of `self.field`.
     fn field(self, field: &str) -> Result<&'static Type, CompileError> {
         match self {
             Type::Object(object) => object
@@ -94,6 +112,14 @@ impl Type {
             Type::Map(_, value) => Ok(value),
             Type::Dyn => Ok(&Type::Dyn),
             other => Err(CompileError::NoFields(other)),
+        }
+    }
+
+    /// The type of `self.?field`: the optional of the field's type.
+    fn select_optional(self, field: &str) -> Result<Type, CompileError> {
+        match self {
+            Type::Optional(_) => self.select(field),
+            other => Ok(Type::Optional(Some(other.field(field)?))),
         }
     }
 
@@ -235,7 +261,7 @@ impl Checker {
             },
             Expr::Ident(name) => self.ident(name, scope)?,
             Expr::Select(select) => {
-                let field = *self.check(&select.operand, scope)?.field(&select.field)?;
+                let field = self.check(&select.operand, scope)?.select(&select.field)?;
                 if select.test { Type::Bool } else { field }
             }
             Expr::List(list) => {
@@ -321,6 +347,12 @@ impl Checker {
                 if function == "matches" {
                     check_pattern(call.args.last())?;
                 }
+                if let (operators::OPT_SELECT, [operand, _], [_, field]) =
+                    (function, args.as_slice(), call.args.as_slice())
+                    && let Expr::Literal(LiteralValue::String(field)) = &field.expr
+                {
+                    return operand.select_optional(field.inner());
+                }
                 call_type(function, target, &args)
             }
         })
@@ -395,13 +427,33 @@ fn call_type(function: &str, target: Option<Type>, args: &[Type]) -> Type {
         | "endsWith"
         | "contains"
         | "matches"
-        | "hasValue" => Type::Bool,
+        | "hasValue"
+        | "bool" => Type::Bool,
         "size" => Type::Int,
         "lowerAscii" | "upperAscii" | "trim" | "replace" | "substring" | "charAt" | "join"
         | "format" | "reverse" => Type::String,
+        // cel-go's overloads: a list's element, a map's value; through an optional, the
+        // optional of it, and of a type yet unbound when the optional's value is `dyn`.
         operators::INDEX => match args.first() {
             Some(Type::List(element)) => **element,
             Some(Type::Map(_, value)) => **value,
+            Some(Type::Optional(value)) => optional_element(*value),
+            _ => Type::Dyn,
+        },
+        operators::OPT_INDEX => match args.first() {
+            Some(Type::List(value) | Type::Map(_, value)) => Type::Optional(Some(value)),
+            Some(Type::Optional(value)) => optional_element(*value),
+            _ => Type::Dyn,
+        },
+        // `optional(T).orValue(T)`: the type both agree on, the argument's when the optional's
+        // is unbound; `dyn` when either is.
+        "orValue" => match (target, args) {
+            (Some(Type::Optional(None)), [fallback]) => *fallback,
+            (Some(Type::Optional(Some(value))), [fallback]) if *value == *fallback => *fallback,
+            _ => Type::Dyn,
+        },
+        "value" => match target {
+            Some(Type::Optional(Some(value))) => *value,
             _ => Type::Dyn,
         },
         operators::CONDITIONAL => match args {
@@ -413,5 +465,15 @@ fn call_type(function: &str, target: Option<Type>, args: &[Type]) -> Type {
             _ => Type::Dyn,
         },
         _ => Type::Dyn,
+    }
+}
+
+/// The type of `optional[k]` where the optional's value is `value`: the optional of a list's
+/// element or a map's value; of a type yet unbound for anything else, as cel-go's overloads on
+/// an optional `dyn` leave it.
+fn optional_element(value: Option<&'static Type>) -> Type {
+    match value {
+        Some(Type::List(element) | Type::Map(_, element)) => Type::Optional(Some(element)),
+        _ => Type::Optional(None),
     }
 }

@@ -27,6 +27,8 @@ use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, operators};
 
+use super::unescape;
+
 /// kube-apiserver's `celconfig.PerCallLimit`: the most one evaluation of one expression may cost.
 pub const PER_CALL_LIMIT: u64 = 1_000_000;
 /// kube-apiserver's `StaticEstimatedCostLimit` (CRD validation rules): the most one expression's
@@ -51,6 +53,11 @@ pub enum Size {
     /// An object with declared fields (a `check::Object`), each of its size: `.field` is that
     /// field's size; it counts as one element.
     Record(Arc<[(&'static str, Size)]>),
+    /// A map whose entries are known one by one (a JSON object at hand): `.key` and `['key']`
+    /// are that entry's size, under its name or under the name Kubernetes' escaping
+    /// ([`unescape`]) makes of it; a key that is not there fails the evaluation, so it costs as
+    /// a scalar. Iterated, an element is as large as its largest key or value.
+    Entries(Arc<[(String, Size)]>),
     /// A bool, a number, null, a type: size 1.
     Scalar,
     /// A string or bytes of at most this many bytes.
@@ -150,6 +157,7 @@ impl Sizes {
                 .iter()
                 .find(|(name, _)| *name == field)
                 .map_or(Size::Unknown, |(_, size)| size.clone()),
+            Size::Entries(entries) => entry(entries, field),
             Size::Map { value, .. } => (**value).clone(),
             _ => Size::Unknown,
         }
@@ -159,10 +167,33 @@ impl Sizes {
     fn len(&self, size: &Size) -> f64 {
         match size {
             Size::Str(n) | Size::List { count: n, .. } | Size::Map { count: n, .. } => *n,
+            Size::Entries(entries) => entries.len() as f64,
             Size::Record(_) | Size::Scalar => 1.0,
             Size::Unknown => self.ceiling,
         }
     }
+}
+
+/// The size of the entry `key` of a map known entry by entry: the larger of the entries named
+/// `key` and named what `key` unescapes to (a lookup finds one of them); none is there: the
+/// lookup fails, and its result is never used.
+fn entry(entries: &[(String, Size)], key: &str) -> Size {
+    let unescaped = unescape(key);
+    entries
+        .iter()
+        .filter(|(name, _)| name == key || unescaped.as_deref() == Some(name.as_str()))
+        .map(|(_, size)| size.clone())
+        .reduce(Size::max)
+        .unwrap_or(Size::Scalar)
+}
+
+/// The largest entry of a map known entry by entry: what a key known only at evaluation finds.
+fn largest(entries: &[(String, Size)]) -> Size {
+    entries
+        .iter()
+        .map(|(_, size)| size.clone())
+        .reduce(Size::max)
+        .unwrap_or(Size::Scalar)
 }
 
 /// The cost of `expr` for variables of the sizes `sizes` gives, rounded up to a whole number.
@@ -277,6 +308,11 @@ impl Model<'_> {
                         value,
                         ..
                     } => ((**key).clone(), *key_total, (**value).clone()),
+                    Size::Entries(entries) => {
+                        let keys = entries.iter().map(|(key, _)| Size::Str(key.len() as f64));
+                        let elem = keys.fold(largest(entries), Size::max);
+                        (elem, None, largest(entries))
+                    }
                     _ => (Size::Unknown, None, Size::Unknown),
                 };
                 // A list accumulator (`map()`, `filter()`) ends with at most one element per
@@ -358,7 +394,19 @@ impl Model<'_> {
                 let appends = call.func_name == operators::ADD
                     && matches!(call.args.as_slice(),
                         [lhs, rhs] if accumulator(lhs) && matches!(rhs.expr, Expr::List(_)));
-                let (own, size) = self.call(&call.func_name, target, &args, appends);
+                let (own, size) = match (call.func_name.as_str(), args.as_slice()) {
+                    // `m['key']` on a map known entry by entry: that entry, as `m.key`.
+                    (operators::INDEX, [Size::Entries(entries), _]) => {
+                        let size = match call.args.get(1).map(|key| &key.expr) {
+                            Some(Expr::Literal(LiteralValue::String(key))) => {
+                                entry(entries, key.inner())
+                            }
+                            _ => largest(entries),
+                        };
+                        (1.0, size)
+                    }
+                    (function, _) => self.call(function, target, &args, appends),
+                };
                 (cost + own, size)
             }
         }

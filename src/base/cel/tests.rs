@@ -67,6 +67,7 @@ fn the_check_knows_the_declared_types() {
         ("data['x'].y.z", "dyn"),
         ("data.x == 1", "bool"),
         ("has(data.x)", "bool"),
+        ("bool(data.x)", "bool"),
         ("!data.x", "bool"),
         ("data.x ? true : false", "bool"),
         ("data.x ? 'a' : 1", "dyn"),
@@ -79,6 +80,19 @@ fn the_check_knows_the_declared_types() {
         ("{'a': 1}", "map(dyn, dyn)"),
         ("null", "null_type"),
         ("type(data) == map", "bool"),
+        // Optionals, as cel-go types them.
+        ("data.?x", "optional_type(dyn)"),
+        ("data.?x.y", "optional_type(dyn)"),
+        ("data.?x.orValue(true)", "dyn"),
+        ("data[?'x']['y']", "optional_type(dyn)"),
+        ("data[?'x']['y'].orValue(true)", "bool"),
+        ("data.x[?'y'].orValue(true)", "dyn"),
+        ("person.?name", "optional_type(string)"),
+        ("person.?name.orValue('')", "string"),
+        ("person.?name.orValue(1)", "dyn"),
+        ("person.?extra['k']", "optional_type(list(string))"),
+        ("person.?groups.value()", "list(string)"),
+        ("person.?groups.hasValue()", "bool"),
     ] {
         assert_eq!(output(expression).to_string(), expected, "{expression}");
     }
@@ -101,6 +115,14 @@ fn the_check_refuses_what_kube_apiserver_refuses() {
         ),
         (
             "person.name.first",
+            "compilation failed: type 'string' does not support field selection",
+        ),
+        (
+            "person.?username",
+            "compilation failed: undefined field 'username' of test.Person",
+        ),
+        (
+            "person.name.?first",
             "compilation failed: type 'string' does not support field selection",
         ),
         (

@@ -1,5 +1,6 @@
 //! The cost model: exact prices of small expressions, loops priced once per element and by the
-//! total of their elements' lengths, no short-circuit, no NaN, walks linear in the expression.
+//! total of their elements' lengths, no short-circuit, no NaN, walks linear in the expression,
+//! and maps known entry by entry priced by the entry an expression names.
 
 use std::sync::Arc;
 
@@ -152,4 +153,36 @@ fn nesting_is_walked_in_time_linear_in_the_expression() {
     let huge = Sizes::new(vec![("request", huge)], (1 << 20) as f64);
     assert_eq!(on(&expression, &huge), u64::MAX);
     assert!(on(&expression, &request("u", &groups(2))) < 100_000_000);
+}
+
+/// A `data` map known entry by entry: a short string, a nested object (under a name that needs
+/// escaping) with 100 groups, and a number; anything the model cannot follow is a million.
+fn data() -> Sizes {
+    let nested = Size::Entries(Arc::from([(
+        "groups".to_owned(),
+        Size::list_of_strings(100, 5, 500),
+    )]));
+    let entries = Size::Entries(Arc::from([
+        ("sub".to_owned(), Size::Str(10.0)),
+        ("kubernetes.io".to_owned(), nested),
+        ("exp".to_owned(), Size::Scalar),
+    ]));
+    Sizes::new(vec![("data", entries)], 1_000_000.0)
+}
+
+#[test]
+fn an_entry_is_priced_by_its_own_size_however_it_is_named() {
+    let sizes = data();
+    let loop_over = |groups: &str| on(&format!("{groups}.exists(g, g == 'admins')"), &sizes);
+    let selected = loop_over("data.kubernetes__dot__io.groups");
+    assert!(selected > 100 && selected < 1000, "{selected}");
+    assert_eq!(loop_over("data['kubernetes.io'].groups"), selected);
+    assert_eq!(loop_over("data['kubernetes.io']['groups']"), selected);
+    // Absent: the lookup fails, and nothing iterates.
+    assert!(loop_over("data.nothere") < 20);
+    // A key known only at evaluation may be any entry: as large as anything.
+    assert!(loop_over("data[data.sub]") > 1_000_000);
+    // Iterating the map: one element per entry, each as large as its largest key or value.
+    assert!(on("data.exists(k, k == 'sub')", &sizes) < 30);
+    assert!(on("data.exists(k, k.contains('x'))", &sizes) > 100_000);
 }
