@@ -666,8 +666,11 @@ fn the_daemonsets_memory_limit_fits_its_connection_limit() {
 #[test]
 fn the_example_authentication_configuration_validates() {
     use kubelet_auth_proxy::authn::structured::{load, validation::Context};
-    let loaded = load(&file("config/authentication-config.yaml"), &Context::default())
-        .unwrap_or_else(|e| panic!("config/authentication-config.yaml: {e}"));
+    let loaded = load(
+        &file("config/authentication-config.yaml"),
+        &Context::default(),
+    )
+    .unwrap_or_else(|e| panic!("config/authentication-config.yaml: {e}"));
     let urls: Vec<&str> = loaded
         .validated
         .jwt
@@ -676,7 +679,10 @@ fn the_example_authentication_configuration_validates() {
         .collect();
     assert_eq!(
         urls,
-        ["https://login.example.com/tenant-1/v2.0", "https://ci.example.com"]
+        [
+            "https://login.example.com/tenant-1/v2.0",
+            "https://ci.example.com"
+        ]
     );
     assert!(loaded.validated.anonymous.is_some());
     // The same file beside --anonymous-auth=true is refused, naming the field.

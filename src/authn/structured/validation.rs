@@ -70,11 +70,7 @@ impl fmt::Display for Validated {
         let issuers: Vec<&str> = self.jwt.iter().map(|jwt| jwt.source.url.as_str()).collect();
         match issuers.as_slice() {
             [] => f.write_str("no JWT issuer")?,
-            issuers => write!(
-                f,
-                "tokens of {} decided on the node",
-                issuers.join(", ")
-            )?,
+            issuers => write!(f, "tokens of {} decided on the node", issuers.join(", "))?,
         }
         match &self.anonymous {
             None => f.write_str("; anonymous access as --anonymous-auth says"),

@@ -151,3 +151,103 @@ fn required_claims_must_be_strings_of_their_value() {
     );
     assert!(user(&required, r#"{"sub":"a","hd":["example.com"]}"#).is_err());
 }
+
+fn cel(expression: &str, returns: super::super::expressions::Returns) -> Expression {
+    super::super::expressions::compile(
+        expression,
+        super::super::expressions::Scope::Claims,
+        returns,
+    )
+    .unwrap()
+}
+
+fn expression_mapper() -> Mapper {
+    use super::super::expressions::Returns::Any;
+    Mapper {
+        username: PrefixedMapping::Expression(cel("'ci:' + claims.repo", Any)),
+        groups: PrefixedMapping::Expression(cel("claims.teams.map(t, 'team:' + t)", Any)),
+        uid: UidMapping::Expression(cel("claims.sub", Any)),
+        extra: vec![
+            (
+                "example.com/run".to_owned(),
+                cel("string(int(claims.run))", Any),
+            ),
+            ("example.com/none".to_owned(), cel("''", Any)),
+        ],
+        required_claims: Vec::new(),
+        claim_rules: vec![Rule {
+            expression: cel(
+                "claims.protected == true",
+                super::super::expressions::Returns::Bool,
+            ),
+            message: "protected branches only".to_owned(),
+        }],
+        user_rules: vec![Rule {
+            expression: super::super::expressions::compile(
+                "!user.username.startsWith('system:')",
+                super::super::expressions::Scope::User,
+                super::super::expressions::Returns::Bool,
+            )
+            .unwrap(),
+            message: "no system users".to_owned(),
+        }],
+    }
+}
+
+#[test]
+fn expressions_map_every_field_and_rules_decide_in_order() {
+    let mapper = expression_mapper();
+    let user = user(
+        &mapper,
+        r#"{"repo":"web","teams":["a","","b"],"sub":"u-1","run":42,"protected":true}"#,
+    )
+    .unwrap();
+    assert_eq!(user.name, "ci:web");
+    assert_eq!(user.groups, ["team:a", "team:", "team:b"]);
+    assert_eq!(user.uid, "u-1");
+    assert_eq!(user.extra["example.com/run"], ["42"]);
+    assert!(
+        !user.extra.contains_key("example.com/none"),
+        "empty: left out"
+    );
+
+    let refused = |json: &str| self::user(&mapper, json).unwrap_err();
+    assert_eq!(
+        refused(r#"{"repo":"web","teams":[],"sub":"u","run":1,"protected":false}"#),
+        "error evaluating claim validation expression: validation expression \
+         'claims.protected == true' failed: protected branches only"
+    );
+    // A missing claim is an evaluation error of the mapping that reads it.
+    assert!(
+        refused(r#"{"teams":[],"sub":"u","run":1,"protected":true}"#)
+            .starts_with("error evaluating username claim expression:")
+    );
+    // Groups from a claim that is not a list: the expression fails, and the token with it.
+    assert!(
+        refused(r#"{"repo":"web","teams":"a","sub":"u","run":1,"protected":true}"#)
+            .starts_with("error evaluating group claim expression:")
+    );
+}
+
+#[test]
+fn a_user_rule_sees_the_mapped_user() {
+    use super::super::expressions::Returns::Any;
+    let mut mapper = expression_mapper();
+    mapper.username = PrefixedMapping::Expression(cel("claims.name", Any));
+    let refused = user(
+        &mapper,
+        r#"{"name":"system:admin","teams":[],"sub":"u","run":1,"protected":true}"#,
+    )
+    .unwrap_err();
+    assert_eq!(
+        refused,
+        "error evaluating user info validation rule: validation expression \
+         '!user.username.startsWith('system:')' failed: no system users"
+    );
+    let empty = user(
+        &mapper,
+        r#"{"name":"","teams":[],"sub":"u","run":1,"protected":true}"#,
+    )
+    .unwrap_err();
+    assert_eq!(empty, "empty username via CEL expression is not allowed");
+}
