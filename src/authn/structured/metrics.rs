@@ -39,11 +39,25 @@ struct DecisionLabels {
     jwt_issuer_hash: String,
 }
 
+/// Every reason a token of a configured issuer is refused for.
+pub const REFUSAL_REASONS: [&str; 11] = [
+    "malformed",
+    "issuer",
+    "audience",
+    "expired",
+    "not_yet_valid",
+    "algorithm",
+    "unknown_key",
+    "signature",
+    "not_initialized",
+    "mapping",
+    "distributed_claims",
+];
+
 /// Labels of refusals.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
 struct RefusalLabels {
-    /// Why: `malformed`, `issuer`, `audience`, `expired`, `not_yet_valid`, `algorithm`,
-    /// `unknown_key`, `signature`, `not_initialized`, `mapping`, `distributed_claims`.
+    /// Why: one of [`REFUSAL_REASONS`].
     reason: &'static str,
     /// `sha256:` and the hex SHA-256 of the issuer URL.
     jwt_issuer_hash: String,
@@ -132,6 +146,14 @@ impl StructuredMetrics {
                 })
                 .clone()
         };
+        // Every reason's counter exists at 0 from the start, so that an alert's increase() sees
+        // the first refusal.
+        for reason in REFUSAL_REASONS {
+            drop(self.refusals.get_or_create(&RefusalLabels {
+                reason,
+                jwt_issuer_hash: issuer_hash.to_owned(),
+            }));
+        }
         IssuerMetrics {
             success: latency("success"),
             failure: latency("failure"),
