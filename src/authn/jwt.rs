@@ -9,7 +9,7 @@
 //! Signatures are verified with `ring` (already the TLS provider): for service-account tokens
 //! RS256 and ES256/ES384, the algorithms kube-apiserver signs them with (a token of another
 //! algorithm is left to TokenReview); [`PublicKey`] and [`Algorithm`] also serve the keys of
-//! `--authentication-config`'s JWT issuers, which may sign with any
+//! `--authentication-config`'s JWT issuers ([`super::structured::keys`]), which may sign with any
 //! of kube-apiserver's allowlist but ES512.
 
 use std::borrow::Cow;

@@ -10,6 +10,7 @@ pub mod failure_budget;
 pub mod jwt;
 pub mod metrics;
 pub mod service_account_keys;
+pub mod structured;
 mod subject_string;
 pub mod token;
 pub mod x509;
