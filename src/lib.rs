@@ -33,9 +33,12 @@
 //!   [`authn::service_account_keys`] keeps current), so a forged one never becomes a review;
 //!   every review passes one gate, a budget of failures per source address and per node that
 //!   keeps a place for sources in good standing ([`authn::failure_budget`]), and refusals are
-//!   cached like any answer. [`authn::structured`]: kube-apiserver's AuthenticationConfiguration
-//!   decided on the node, its CEL claim mappings and validation rules in
-//!   [`authn::structured::expressions`].
+//!   cached like any answer. [`authn::structured`] (`--authentication-config`): kube-apiserver's
+//!   `AuthenticationConfiguration` read and validated as it validates it, reloaded when it
+//!   changes; tokens of its JWT issuers decided on the node and never reviewed (their keys:
+//!   [`authn::structured::keys`]; claims mapped by name or with CEL:
+//!   [`authn::structured::mapping`], [`authn::structured::expressions`]), anonymous access by
+//!   path.
 //! - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!   authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
 //!   [`authz::rbac`] matching, [`authz::live_rbac`]: the cluster's roles and bindings listed and

@@ -5,6 +5,10 @@
 //! [`expressions`]) exactly as kube-apiserver v1.36 does, and never becomes a TokenReview;
 //! requests with no credential are anonymous only on the paths the file lists.
 //!
+//! A token decided once is remembered for [`SUCCESS_CACHE_TTL`] (kube-apiserver caches its
+//! token authenticators' successes as long), under an HMAC of the token, never past its `exp`
+//! nor across a reload: a token seen again costs a lookup, not a signature.
+//!
 //! The file is validated as kube-apiserver validates it ([`validation`]) and read again when it
 //! changes and at least once a minute; a file that no longer validates keeps the last good
 //! configuration in force, logged and counted ([`metrics`]). The keys of an issuer that stays in
@@ -20,13 +24,16 @@ pub mod validation;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use tracing::info;
 
+use crate::apiserver::cache::{CacheKey, random_hmac_key};
 use crate::authn::User;
+use crate::authn::token::{NoRandomness, token_cache_key};
 use crate::base::reload::{Reload, ReloadError, ReloadTarget, Reloadable};
 use keys::{IssuerKeys, IssuerSource, KeyRefusal, KeysError, KeysMetrics, Verdict};
 use mapping::{MappingError, PrefixedMapping};
@@ -36,6 +43,11 @@ use validation::{AnonymousRule, Context, FieldErrors, JwtSpec, Validated};
 
 /// The reload target's name, in logs and in `kubelet_auth_proxy_config_reloads_total`.
 pub const TARGET: &str = "authentication_config";
+/// How long a token's user is remembered: kube-apiserver's cache of successful token
+/// authentications (`TokenSuccessCacheTTL`).
+pub const SUCCESS_CACHE_TTL: Duration = Duration::from_secs(10);
+/// Most tokens remembered; the least recently used go first.
+const MAX_CACHED_TOKENS: u64 = 16_384;
 
 /// A validated file and the hash of its contents.
 #[derive(Debug)]
@@ -112,6 +124,8 @@ struct Issuer {
 
 /// The configuration in force, with its issuers' keys.
 struct Live {
+    /// Which configuration this is: remembered users are of one configuration only.
+    generation: u64,
     issuers: Vec<Issuer>,
     /// Index in `issuers` by issuer URL.
     by_url: HashMap<String, usize>,
@@ -162,10 +176,33 @@ impl Refusal {
     }
 }
 
+/// A remembered user, of the configuration `generation`, until `until`.
+#[derive(Clone)]
+struct Remembered {
+    user: Arc<User>,
+    generation: u64,
+    until: Instant,
+}
+
+/// Why the authenticators could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// An issuer's client could not be built.
+    #[error(transparent)]
+    Keys(#[from] KeysError),
+    /// No key for the cache of users.
+    #[error(transparent)]
+    Randomness(#[from] NoRandomness),
+}
+
 /// The JWT authenticators and anonymous rule of `--authentication-config`, kept current.
 pub struct StructuredAuthentication {
     settings: StructuredSettings,
     live: ArcSwap<Live>,
+    generations: AtomicU64,
+    /// Users of tokens decided lately, by HMAC of the token.
+    remembered: moka::future::Cache<CacheKey, Remembered>,
+    hmac: ring::hmac::Key,
     /// Every issuer's keys by source, so that a reload keeps the keys of issuers it keeps; only
     /// loads and reloads take this lock.
     keys: Mutex<HashMap<IssuerSource, Weak<IssuerKeys>>>,
@@ -189,15 +226,22 @@ impl StructuredAuthentication {
         settings: StructuredSettings,
         keys_metrics: KeysMetrics,
         metrics: StructuredMetrics,
-    ) -> Result<Arc<StructuredAuthentication>, KeysError> {
+    ) -> Result<Arc<StructuredAuthentication>, StartError> {
         let loaded = settings.current();
         let structured = StructuredAuthentication {
             settings,
             live: ArcSwap::from_pointee(Live {
+                generation: 0,
                 issuers: Vec::new(),
                 by_url: HashMap::new(),
                 anonymous: None,
             }),
+            generations: AtomicU64::new(0),
+            remembered: moka::future::Cache::builder()
+                .max_capacity(MAX_CACHED_TOKENS)
+                .time_to_live(SUCCESS_CACHE_TTL)
+                .build(),
+            hmac: random_hmac_key().map_err(|_| NoRandomness)?,
             keys: Mutex::new(HashMap::new()),
             keys_metrics,
             metrics,
@@ -240,6 +284,7 @@ impl StructuredAuthentication {
             });
         }
         Ok(Live {
+            generation: self.generations.fetch_add(1, Ordering::Relaxed) + 1,
             issuers,
             by_url,
             anonymous: loaded.validated.anonymous.clone(),
@@ -257,17 +302,56 @@ impl StructuredAuthentication {
         }
     }
 
-    /// Decides `token` if its issuer is configured.
+    /// Decides `token` if its issuer is configured: from the users remembered, else as
+    /// [`StructuredAuthentication::decide`] does, remembering the user.
     pub async fn authenticate(&self, token: &str) -> JwtOutcome {
         let live = self.live.load_full();
         if live.issuers.is_empty() {
             return JwtOutcome::NotOurs;
         }
+        let key = token_cache_key(&self.hmac, token, &[]);
+        if let Some(hit) = self.remembered.get(&key).await
+            && hit.generation == live.generation
+            && hit.until > Instant::now()
+        {
+            return JwtOutcome::User(hit.user);
+        }
+        let started = Instant::now();
+        match Self::decide_in(&live, token).await {
+            Decided::NotOurs => JwtOutcome::NotOurs,
+            Decided::Refused(reason) => JwtOutcome::Refused(reason),
+            Decided::User(user, expiry) => {
+                // Never past the token's own expiry.
+                let left = expiry
+                    .duration_since(SystemTime::now())
+                    .unwrap_or(Duration::ZERO);
+                let remembered = Remembered {
+                    user: Arc::clone(&user),
+                    generation: live.generation,
+                    until: started + left.min(SUCCESS_CACHE_TTL),
+                };
+                self.remembered.insert(key, remembered).await;
+                JwtOutcome::User(user)
+            }
+        }
+    }
+
+    /// Decides `token` if its issuer is configured, whatever was decided before: what
+    /// [`StructuredAuthentication::authenticate`] costs for a token it has not seen lately.
+    pub async fn decide(&self, token: &str) -> JwtOutcome {
+        match Self::decide_in(&self.live.load_full(), token).await {
+            Decided::NotOurs => JwtOutcome::NotOurs,
+            Decided::Refused(reason) => JwtOutcome::Refused(reason),
+            Decided::User(user, _) => JwtOutcome::User(user),
+        }
+    }
+
+    async fn decide_in(live: &Live, token: &str) -> Decided {
         let Some(issuer) = token::untrusted_issuer(token)
             .and_then(|url| live.by_url.get(&url))
             .map(|&index| &live.issuers[index])
         else {
-            return JwtOutcome::NotOurs;
+            return Decided::NotOurs;
         };
         let started = Instant::now();
         let decided = issuer.decide(token).await;
@@ -276,15 +360,23 @@ impl StructuredAuthentication {
             decided.as_ref().err().map(Refusal::label),
         );
         match decided {
-            Ok(user) => JwtOutcome::User(Arc::new(user)),
-            Err(refusal) => JwtOutcome::Refused(refusal.to_string()),
+            Ok((user, expiry)) => Decided::User(Arc::new(user), expiry),
+            Err(refusal) => Decided::Refused(refusal.to_string()),
         }
     }
 }
 
+/// A decision, with the token's expiry when it is a user.
+enum Decided {
+    NotOurs,
+    User(Arc<User>, SystemTime),
+    Refused(String),
+}
+
 impl Issuer {
-    /// kube-apiserver's `AuthenticateToken`, for a token naming this issuer.
-    async fn decide(&self, token: &str) -> Result<User, Refusal> {
+    /// kube-apiserver's `AuthenticateToken`, for a token naming this issuer: the user, and
+    /// when the token expires.
+    async fn decide(&self, token: &str) -> Result<(User, SystemTime), Refusal> {
         let parsed = token::parse(
             token,
             &self.spec.source.url,
@@ -322,7 +414,8 @@ impl Issuer {
             .user(&parsed.claims)
             .map_err(Refusal::Mapping)?;
         user.add_authenticated_group();
-        Ok(user)
+        let expiry = UNIX_EPOCH + Duration::from_secs(u64::try_from(parsed.expiry).unwrap_or(0));
+        Ok((user, expiry))
     }
 }
 

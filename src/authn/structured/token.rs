@@ -30,6 +30,8 @@ pub struct Token<'a> {
     pub signature: Vec<u8>,
     /// The payload.
     pub claims: Map<String, Value>,
+    /// `exp`, in Unix seconds.
+    pub expiry: i64,
 }
 
 /// Why a token of a configured issuer was refused before its signature was checked.
@@ -119,10 +121,10 @@ pub fn parse<'a>(
         return Err(ClaimsRefusal::Audience);
     }
     let now_nanos = unix_nanos(now);
-    match registered.expiry {
-        Some(exp) if i128::from(exp) * 1_000_000_000 >= now_nanos => {}
+    let expiry = match registered.expiry {
+        Some(exp) if i128::from(exp) * 1_000_000_000 >= now_nanos => exp,
         _ => return Err(ClaimsRefusal::Expired),
-    }
+    };
     if let Some(nbf) = registered.not_before
         && now_nanos + (NBF_LEEWAY.as_nanos() as i128) < i128::from(nbf) * 1_000_000_000
     {
@@ -134,6 +136,7 @@ pub fn parse<'a>(
         signing_input: signing_input(token, &header_bytes, &payload_bytes),
         signature,
         claims,
+        expiry,
     })
 }
 
