@@ -41,6 +41,7 @@ mod path_safety;
 mod paths;
 mod pod_scoped;
 mod real_apiserver;
+mod real_apiserver_authn_config;
 mod real_apiserver_tokens;
 mod reload;
 mod retry_after;
