@@ -15,7 +15,11 @@
 //!   long-lived task watches ([`base::shutdown`]); a recurring failure said once a minute per
 //!   cause ([`base::reports`]); the HTTP and WebSocket knowledge authentication and forwarding
 //!   share ([`base::wire`]); the response body that keeps a request's places until it ends
-//!   ([`base::held_body`]); the metric conventions ([`base::metrics`]).
+//!   ([`base::held_body`]); the metric conventions ([`base::metrics`]); CEL as kube-apiserver
+//!   evaluates it ([`base::cel`]: the environment, compiling within its limits, a load check in
+//!   place of its type checker and a cost model in place of its cost limits, each caller
+//!   declaring its variables), for authorization's match conditions and authentication's
+//!   claim mappings and validation rules.
 //! - [`tls`]: rustls serving config (client certificates requested, never required; only the
 //!   handshake signature is checked there), the client side towards the kubelet, PEM reading.
 //! - [`apiserver`]: TokenReview and SubjectAccessReview calls with the kubelet's retries;
@@ -29,7 +33,9 @@
 //!   [`authn::service_account_keys`] keeps current), so a forged one never becomes a review;
 //!   every review passes one gate, a budget of failures per source address and per node that
 //!   keeps a place for sources in good standing ([`authn::failure_budget`]), and refusals are
-//!   cached like any answer.
+//!   cached like any answer. [`authn::structured`]: kube-apiserver's AuthenticationConfiguration
+//!   decided on the node, its CEL claim mappings and validation rules in
+//!   [`authn::structured::expressions`].
 //! - [`authz`]: verb and path → the kubelet's attribute list ([`authz::attributes`]); the
 //!   authorizer chain (AlwaysAllow, AlwaysDeny, [`authz::node`], [`authz::policy`] over
 //!   [`authz::rbac`] matching, [`authz::live_rbac`]: the cluster's roles and bindings listed and

@@ -305,6 +305,12 @@ fn main() -> anyhow::Result<ExitCode> {
                         settings.authorization.node_name,
                         settings.authorization.names()
                     );
+                    if let Some(file) = &settings.authentication_config {
+                        println!(
+                            "kubelet-auth-proxy: --authentication-config: {}",
+                            file.current().validated
+                        );
+                    }
                     if args.probe {
                         return Ok(runtime.block_on(probe(settings)));
                     }

@@ -6,9 +6,11 @@
 //! TokenReview; what passes still goes to TokenReview, because only the API server knows whether
 //! the pod or secret the token is bound to still exists. Nothing here ever accepts a token.
 //!
-//! Signatures are verified with `ring` (already the TLS provider): RS256 and ES256/ES384, the
-//! algorithms kube-apiserver signs service-account tokens with. A token of another algorithm is
-//! left to TokenReview.
+//! Signatures are verified with `ring` (already the TLS provider): for service-account tokens
+//! RS256 and ES256/ES384, the algorithms kube-apiserver signs them with (a token of another
+//! algorithm is left to TokenReview); [`PublicKey`] and [`Algorithm`] also serve the keys of
+//! `--authentication-config`'s JWT issuers ([`super::structured::keys`]), which may sign with any
+//! of kube-apiserver's allowlist but ES512.
 
 use std::borrow::Cow;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,7 +30,7 @@ pub const LEEWAY: Duration = Duration::from_secs(60);
 /// parts are spelled with such bits set is, for the API server, the same token; judging it so
 /// here keeps a forgery spelled that way from reaching TokenReview, and a real token spelled
 /// that way from being refused on the node.
-const GO_RAW_URL: GeneralPurpose = GeneralPurpose::new(
+pub(crate) const GO_RAW_URL: GeneralPurpose = GeneralPurpose::new(
     &URL_SAFE,
     GeneralPurposeConfig::new()
         .with_encode_padding(false)
@@ -36,11 +38,23 @@ const GO_RAW_URL: GeneralPurpose = GeneralPurpose::new(
         .with_decode_allow_trailing_bits(true),
 );
 
-/// A signature algorithm this module verifies.
+/// A signature algorithm verified here: every one of kube-apiserver's allowlist for JWT
+/// authenticators (`oidc.AllValidSigningAlgorithms`) but ES512, which `ring` cannot verify (no
+/// P-521).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
     /// RSASSA-PKCS1-v1_5 with SHA-256.
     Rs256,
+    /// RSASSA-PKCS1-v1_5 with SHA-384.
+    Rs384,
+    /// RSASSA-PKCS1-v1_5 with SHA-512.
+    Rs512,
+    /// RSASSA-PSS with SHA-256 (salt as long as the hash, as RFC 7518 says).
+    Ps256,
+    /// RSASSA-PSS with SHA-384.
+    Ps384,
+    /// RSASSA-PSS with SHA-512.
+    Ps512,
     /// ECDSA on P-256 with SHA-256.
     Es256,
     /// ECDSA on P-384 with SHA-384.
@@ -48,6 +62,8 @@ pub enum Algorithm {
 }
 
 impl Algorithm {
+    /// The algorithms kube-apiserver signs service-account tokens with, the only ones
+    /// [`classify`] verifies: a service-account token of another is left to TokenReview.
     fn from_name(name: &str) -> Option<Algorithm> {
         match name {
             "RS256" => Some(Algorithm::Rs256),
@@ -55,6 +71,27 @@ impl Algorithm {
             "ES384" => Some(Algorithm::Es384),
             _ => None,
         }
+    }
+
+    /// The algorithm a JWS header's `alg` names, if verified here. `ES512` and every name outside
+    /// kube-apiserver's allowlist (`none`, `HS256`, `EdDSA`...) are `None`.
+    pub fn from_jws_name(name: &str) -> Option<Algorithm> {
+        Some(match name {
+            "RS256" => Algorithm::Rs256,
+            "RS384" => Algorithm::Rs384,
+            "RS512" => Algorithm::Rs512,
+            "PS256" => Algorithm::Ps256,
+            "PS384" => Algorithm::Ps384,
+            "PS512" => Algorithm::Ps512,
+            "ES256" => Algorithm::Es256,
+            "ES384" => Algorithm::Es384,
+            _ => return None,
+        })
+    }
+
+    /// Whether RSA keys sign with it (the RS and PS algorithms).
+    pub fn is_rsa(self) -> bool {
+        !matches!(self, Algorithm::Es256 | Algorithm::Es384)
     }
 }
 
@@ -79,36 +116,116 @@ enum KeyMaterial {
     },
 }
 
+/// The RSA moduli `ring` verifies with, in bits.
+pub const RSA_MODULUS_BITS: std::ops::RangeInclusive<usize> = 2048..=8192;
+
 impl PublicKey {
-    /// Whether a token signed with `algorithm` may have been signed with this key.
-    fn fits(&self, algorithm: Algorithm) -> bool {
+    /// An RSA key of modulus `n` and exponent `e` (big-endian; leading zero bytes, which some
+    /// publishers write and Go's `big.Int` ignores, are dropped: `ring` wants none). Whether
+    /// `ring` can verify with it ([`RSA_MODULUS_BITS`], an odd `e` from 3 to 2^33 - 1) is found
+    /// when verifying: a key it refuses verifies nothing.
+    pub fn rsa(kid: String, n: &[u8], e: &[u8]) -> PublicKey {
+        PublicKey {
+            kid,
+            key: KeyMaterial::Rsa {
+                n: without_leading_zeros(n).to_vec(),
+                e: without_leading_zeros(e).to_vec(),
+            },
+        }
+    }
+
+    /// An EC key for `algorithm` (ES256: P-256, ES384: P-384) at the point (`x`, `y`); `None`
+    /// unless `algorithm` is one of those and each coordinate is exactly the curve's size.
+    pub fn ec(kid: String, algorithm: Algorithm, x: &[u8], y: &[u8]) -> Option<PublicKey> {
+        let size = match algorithm {
+            Algorithm::Es256 => 32,
+            Algorithm::Es384 => 48,
+            _ => return None,
+        };
+        if x.len() != size || y.len() != size {
+            return None;
+        }
+        let mut point = Vec::with_capacity(1 + 2 * size);
+        point.push(0x04);
+        point.extend_from_slice(x);
+        point.extend_from_slice(y);
+        Some(PublicKey {
+            kid,
+            key: KeyMaterial::Ec { algorithm, point },
+        })
+    }
+
+    /// What kind of key it is, for reports: `RSA 2048-bit`, `EC P-256`, `EC P-384`.
+    pub fn kind(&self) -> String {
         match &self.key {
-            KeyMaterial::Rsa { .. } => algorithm == Algorithm::Rs256,
+            KeyMaterial::Rsa { n, .. } => format!("RSA {}-bit", bit_length(n)),
+            KeyMaterial::Ec {
+                algorithm: Algorithm::Es256,
+                ..
+            } => "EC P-256".to_owned(),
+            KeyMaterial::Ec { .. } => "EC P-384".to_owned(),
+        }
+    }
+
+    /// Whether a token signed with `algorithm` may have been signed with this key: an RSA key
+    /// for the RS and PS algorithms, an EC key for its curve's.
+    pub(crate) fn fits(&self, algorithm: Algorithm) -> bool {
+        match &self.key {
+            KeyMaterial::Rsa { .. } => algorithm.is_rsa(),
             KeyMaterial::Ec { algorithm: a, .. } => *a == algorithm,
         }
     }
 
-    fn verify(&self, algorithm: Algorithm, message: &[u8], signature: &[u8]) -> bool {
+    /// Whether `signature` is this key's over `message` with `algorithm`.
+    pub(crate) fn verify(&self, algorithm: Algorithm, message: &[u8], signature: &[u8]) -> bool {
         use ring::signature;
-        match (&self.key, algorithm) {
-            (KeyMaterial::Rsa { n, e }, Algorithm::Rs256) => signature::RsaPublicKeyComponents {
-                n: n.as_slice(),
-                e: e.as_slice(),
+        match &self.key {
+            KeyMaterial::Rsa { n, e } => {
+                let parameters: &signature::RsaParameters = match algorithm {
+                    Algorithm::Rs256 => &signature::RSA_PKCS1_2048_8192_SHA256,
+                    Algorithm::Rs384 => &signature::RSA_PKCS1_2048_8192_SHA384,
+                    Algorithm::Rs512 => &signature::RSA_PKCS1_2048_8192_SHA512,
+                    Algorithm::Ps256 => &signature::RSA_PSS_2048_8192_SHA256,
+                    Algorithm::Ps384 => &signature::RSA_PSS_2048_8192_SHA384,
+                    Algorithm::Ps512 => &signature::RSA_PSS_2048_8192_SHA512,
+                    Algorithm::Es256 | Algorithm::Es384 => return false,
+                };
+                signature::RsaPublicKeyComponents {
+                    n: n.as_slice(),
+                    e: e.as_slice(),
+                }
+                .verify(parameters, message, signature)
+                .is_ok()
             }
-            .verify(&signature::RSA_PKCS1_2048_8192_SHA256, message, signature)
-            .is_ok(),
-            (KeyMaterial::Ec { point, .. }, Algorithm::Es256) => {
-                signature::UnparsedPublicKey::new(&signature::ECDSA_P256_SHA256_FIXED, point)
+            KeyMaterial::Ec {
+                algorithm: a,
+                point,
+            } if *a == algorithm => {
+                let verification = if algorithm == Algorithm::Es256 {
+                    &signature::ECDSA_P256_SHA256_FIXED
+                } else {
+                    &signature::ECDSA_P384_SHA384_FIXED
+                };
+                signature::UnparsedPublicKey::new(verification, point)
                     .verify(message, signature)
                     .is_ok()
             }
-            (KeyMaterial::Ec { point, .. }, Algorithm::Es384) => {
-                signature::UnparsedPublicKey::new(&signature::ECDSA_P384_SHA384_FIXED, point)
-                    .verify(message, signature)
-                    .is_ok()
-            }
-            _ => false,
+            KeyMaterial::Ec { .. } => false,
         }
+    }
+}
+
+/// A big-endian number without its leading zero bytes.
+pub fn without_leading_zeros(bytes: &[u8]) -> &[u8] {
+    let start = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
+    &bytes[start..]
+}
+
+/// The bit length of a big-endian number.
+pub fn bit_length(bytes: &[u8]) -> usize {
+    match without_leading_zeros(bytes) {
+        [] => 0,
+        number @ [first, ..] => number.len() * 8 - first.leading_zeros() as usize,
     }
 }
 
@@ -172,31 +289,21 @@ pub fn parse_jwks(document: &[u8]) -> Result<Jwks, JwksError> {
         .keys
         .into_iter()
         .filter(|jwk| jwk.use_.as_deref().is_none_or(|u| u == "sig"))
-        .filter_map(|jwk| {
-            let key = match (jwk.kty.as_str(), jwk.crv.as_deref()) {
-                ("RSA", _) => KeyMaterial::Rsa {
-                    n: decode(&jwk.n)?,
-                    e: decode(&jwk.e)?,
-                },
-                ("EC", Some(curve @ ("P-256" | "P-384"))) => {
-                    let (algorithm, size) = if curve == "P-256" {
-                        (Algorithm::Es256, 32)
-                    } else {
-                        (Algorithm::Es384, 48)
-                    };
-                    let (x, y) = (decode(&jwk.x)?, decode(&jwk.y)?);
-                    if x.len() != size || y.len() != size {
-                        return None;
-                    }
-                    let mut point = Vec::with_capacity(1 + 2 * size);
-                    point.push(0x04);
-                    point.extend_from_slice(&x);
-                    point.extend_from_slice(&y);
-                    KeyMaterial::Ec { algorithm, point }
-                }
-                _ => return None,
-            };
-            Some(PublicKey { kid: jwk.kid, key })
+        .filter_map(|jwk| match (jwk.kty.as_str(), jwk.crv.as_deref()) {
+            ("RSA", _) => Some(PublicKey::rsa(jwk.kid, &decode(&jwk.n)?, &decode(&jwk.e)?)),
+            ("EC", Some("P-256")) => PublicKey::ec(
+                jwk.kid,
+                Algorithm::Es256,
+                &decode(&jwk.x)?,
+                &decode(&jwk.y)?,
+            ),
+            ("EC", Some("P-384")) => PublicKey::ec(
+                jwk.kid,
+                Algorithm::Es384,
+                &decode(&jwk.x)?,
+                &decode(&jwk.y)?,
+            ),
+            _ => None,
         })
         .collect();
     if keys.is_empty() {
@@ -343,7 +450,7 @@ fn unix(seconds: f64) -> SystemTime {
 /// with Unicode simple folding (`ſ` is an `s`), the last match wins, `null` names none, and a
 /// payload that is not a JSON object, or whose matching value is neither a string nor `null`,
 /// names no issuer. Bytes that are not UTF-8 are read as U+FFFD, as Go does.
-fn issuer(payload: &[u8]) -> Option<String> {
+pub(crate) fn issuer(payload: &[u8]) -> Option<String> {
     struct Issuer;
     impl<'de> Visitor<'de> for Issuer {
         type Value = Option<String>;
@@ -462,7 +569,7 @@ pub fn classify<'a>(
 /// (it re-encodes what it decoded), so that a part spelled with its unused bits set verifies
 /// as the API server would verify it. A canonical token (every one the issuer makes) is its
 /// own signing input, borrowed.
-fn signing_input<'a>(token: &'a str, header: &[u8], payload: &[u8]) -> Cow<'a, [u8]> {
+pub(crate) fn signing_input<'a>(token: &'a str, header: &[u8], payload: &[u8]) -> Cow<'a, [u8]> {
     let canonical = format!(
         "{}.{}",
         GO_RAW_URL.encode(header),

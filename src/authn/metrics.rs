@@ -1,6 +1,8 @@
 //! Authentication's metrics: service-account tokens refused on the node and the issuer's keys
 //! behind that check ([`super::service_account_keys`]), and tokens answered 401 without a review
-//! because their source's failures were over budget ([`super::failure_budget`]).
+//! because their source's failures were over budget ([`super::failure_budget`]); and, registered
+//! with them, those of `--authentication-config` ([`super::structured::metrics`], the issuers'
+//! keys: [`super::structured::keys`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -9,6 +11,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use super::jwt::Rejection;
+use super::structured::keys::KeysMetrics;
+use super::structured::metrics::StructuredMetrics;
 use crate::base::metrics::register;
 
 /// Labels of tokens refused on the node.
@@ -33,18 +37,29 @@ struct FetchResultLabels {
 }
 
 /// The authentication families.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct AuthnMetrics {
     refused_locally: Family<LocalRejectionLabels, Counter>,
     key_fetches: Family<FetchResultLabels, Counter>,
     keys: Gauge,
     reviews_skipped: Family<SkippedBudgetLabels, Counter>,
+    /// `--authentication-config`'s reloads and decisions.
+    pub structured: StructuredMetrics,
+    /// The fetches of its issuers' keys.
+    pub issuer_keys: KeysMetrics,
 }
 
 impl AuthnMetrics {
     /// Registers the families in `registry`.
     pub fn register(registry: &mut Registry) -> AuthnMetrics {
-        let metrics = AuthnMetrics::default();
+        let metrics = AuthnMetrics {
+            refused_locally: Family::default(),
+            key_fetches: Family::default(),
+            keys: Gauge::default(),
+            reviews_skipped: Family::default(),
+            structured: StructuredMetrics::register(registry),
+            issuer_keys: KeysMetrics::register(registry),
+        };
         register! { registry, metrics;
             refused_locally => "tokens_refused_locally", "Bearer tokens of the cluster's service-account issuer refused on the node, without a TokenReview, by reason: malformed, unknown_key, signature, expired, not_yet_valid, audience, algorithm";
             key_fetches => "service_account_key_fetches", "Fetches of the service-account issuer's public keys from the API server, by result (success, failed)";

@@ -10,6 +10,7 @@ pub mod failure_budget;
 pub mod jwt;
 pub mod metrics;
 pub mod service_account_keys;
+pub mod structured;
 mod subject_string;
 pub mod token;
 pub mod x509;
@@ -21,6 +22,7 @@ use std::sync::Arc;
 use http::{HeaderMap, Version};
 use rustls::pki_types::{CertificateDer, UnixTime};
 
+use structured::{JwtOutcome, StructuredAuthentication};
 use token::{Presented, TokenOutcome, TokenReviewAuthenticator, bearer_token, websocket_token};
 use x509::{ClientCa, X509Authenticator, X509Outcome};
 
@@ -110,8 +112,10 @@ impl ConnectionIdentity {
 }
 
 /// The authenticator chain: x509 (when `--client-ca-file` is set), then bearer tokens from the
-/// `Authorization` header and from WebSocket subprotocols (with `--authentication-token-webhook`),
-/// then anonymous when allowed.
+/// `Authorization` header and from WebSocket subprotocols (those of the JWT issuers of
+/// `--authentication-config` decided on the node, the others with
+/// `--authentication-token-webhook`), then anonymous when allowed (on the paths the
+/// configuration file lists, when it governs anonymous access).
 ///
 /// Kubelet semantics (k8s.io/apiserver v0.33 `pkg/authentication/request/union/union.go`
 /// `AuthenticateRequest`, wrapped by `authenticatorfactory/delegating.go`): the first success wins;
@@ -122,18 +126,20 @@ impl ConnectionIdentity {
 pub struct Authenticator {
     x509: Option<X509Authenticator>,
     tokens: Option<Arc<TokenReviewAuthenticator>>,
+    structured: Option<Arc<StructuredAuthentication>>,
     anonymous: bool,
 }
 
 /// The kubelet's start-up error when nothing could authenticate a request.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "no authentication method configured: set --client-ca-file, --authentication-token-webhook or --anonymous-auth"
+    "no authentication method configured: set --client-ca-file, --authentication-token-webhook, --authentication-config or --anonymous-auth"
 )]
 pub struct NoAuthenticationMethod;
 
 impl NoAuthenticationMethod {
-    /// The kubelet's start-up rule: at least one of x509, tokens and anonymous must be on.
+    /// The kubelet's start-up rule: at least one of x509, tokens (reviewed, or decided by
+    /// `--authentication-config`) and anonymous must be on.
     pub fn check(x509: bool, tokens: bool, anonymous: bool) -> Result<(), NoAuthenticationMethod> {
         if x509 || tokens || anonymous {
             Ok(())
@@ -145,15 +151,23 @@ impl NoAuthenticationMethod {
 
 impl Authenticator {
     /// Builds the chain; refuses a configuration in which every request would be a 401.
+    /// `anonymous` is `--anonymous-auth`, which applies unless the configuration file of
+    /// `structured` governs anonymous access.
     pub fn new(
         x509: Option<X509Authenticator>,
         tokens: Option<Arc<TokenReviewAuthenticator>>,
+        structured: Option<Arc<StructuredAuthentication>>,
         anonymous: bool,
     ) -> Result<Authenticator, NoAuthenticationMethod> {
-        NoAuthenticationMethod::check(x509.is_some(), tokens.is_some(), anonymous)?;
+        NoAuthenticationMethod::check(
+            x509.is_some(),
+            tokens.is_some() || structured.is_some(),
+            anonymous || structured.is_some(),
+        )?;
         Ok(Authenticator {
             x509,
             tokens,
+            structured,
             anonymous,
         })
     }
@@ -187,19 +201,22 @@ impl Authenticator {
     /// credential".
     pub fn ignores_token(&self, version: Version, headers: &HeaderMap) -> bool {
         self.tokens.is_none()
+            && self.structured.is_none()
             && (headers.contains_key(http::header::AUTHORIZATION)
                 || (crate::base::wire::is_websocket_upgrade(version, headers)
                     && crate::base::wire::websocket_protocols(headers)
                         .any(|p| crate::base::wire::bearer_protocol_token(p).is_some())))
     }
 
-    /// Authenticates one request of a connection from `source` at `now_secs` (Unix seconds).
+    /// Authenticates one request for `path` (decoded, as Go's `URL.Path`) of a connection from
+    /// `source` at `now_secs` (Unix seconds).
     pub async fn authenticate(
         &self,
         connection: &ConnectionIdentity,
         source: IpAddr,
         version: Version,
         headers: &HeaderMap,
+        path: &str,
         now_secs: i64,
     ) -> Authentication {
         let mut error = None;
@@ -221,7 +238,7 @@ impl Authenticator {
             X509Outcome::Invalid(reason) => error = Some(reason.clone()),
             X509Outcome::NoCertificate => {}
         }
-        if let Some(tokens) = &self.tokens {
+        if self.tokens.is_some() || self.structured.is_some() {
             // The header first, as Kubernetes; the WebSocket subprotocol is parsed only when the
             // header gave no user.
             for websocket in [false, true] {
@@ -233,17 +250,44 @@ impl Authenticator {
                 match presented {
                     Presented::Nothing => {}
                     Presented::Invalid(reason) => error = Some(reason.to_owned()),
-                    Presented::Token(token) => match tokens.authenticate(&token, source).await {
-                        TokenOutcome::User(user) => return Authentication::User(user),
-                        TokenOutcome::Failed(reason) => error = Some(reason),
-                    },
+                    Presented::Token(token) => {
+                        match self.authenticate_token(&token, source).await {
+                            Ok(user) => return Authentication::User(user),
+                            Err(reason) => error = Some(reason),
+                        }
+                    }
                 }
             }
         }
+        let anonymous = self
+            .structured
+            .as_ref()
+            .and_then(|structured| structured.anonymous_allows(path))
+            .unwrap_or(self.anonymous);
         match error {
             Some(reason) => Authentication::Failed(reason),
-            None if self.anonymous => Authentication::User(anonymous_user()),
+            None if anonymous => Authentication::User(anonymous_user()),
             None => Authentication::Unauthenticated,
+        }
+    }
+
+    /// A bearer token: decided on the node when its issuer is in `--authentication-config`,
+    /// else reviewed; a token nothing can check is an error (kube-apiserver's "invalid bearer
+    /// token"), never anonymous.
+    async fn authenticate_token(&self, token: &str, source: IpAddr) -> Result<Arc<User>, String> {
+        if let Some(structured) = &self.structured {
+            match structured.authenticate(token).await {
+                JwtOutcome::User(user) => return Ok(user),
+                JwtOutcome::Refused(reason) => return Err(reason),
+                JwtOutcome::NotOurs => {}
+            }
+        }
+        match &self.tokens {
+            Some(tokens) => match tokens.authenticate(token, source).await {
+                TokenOutcome::User(user) => Ok(user),
+                TokenOutcome::Failed(reason) => Err(reason),
+            },
+            None => Err("invalid bearer token".to_owned()),
         }
     }
 }

@@ -18,65 +18,102 @@
 //!   `failurePolicy` answers; only when every condition is `true` is the webhook (or its cache)
 //!   asked;
 //! - at most [`MAX_CONDITIONS`] conditions, each non-empty, none repeated, at most
-//!   [`MAX_EXPRESSION_CODE_POINTS`] code points, each compiled at load: a compile error is a
-//!   configuration error naming the expression;
+//!   [`MAX_EXPRESSION_CODE_POINTS`](crate::base::cel::MAX_EXPRESSION_CODE_POINTS) code points,
+//!   each compiled at load: a compile error is a configuration error naming the expression;
 //! - an evaluation that would cost more than [`PER_CALL_LIMIT`] (`celconfig.PerCallLimit`) is
 //!   an error, as kube-apiserver's cost limit makes it.
 //!
-//! cel-rust counts no cost, so [`cost`] prices the expression before it runs, from the sizes of
-//! the review at hand. Beyond kube-apiserver, which estimates no cost for these expressions,
-//! an expression whose worst case passes [`STATIC_ESTIMATED_COST_LIMIT`] (the limit it applies
-//! to a CRD's rules) is refused at load, naming its cost.
-//!
-//! CEL is the `cel` crate (cel-rust) with its standard library and its strings extension, the
-//! part of kube-apiserver's CEL environment that applies to a SubjectAccessReview. cel-rust has no
-//! type checker; `check` stands in for the part of kube-apiserver's that catches the usual
-//! mistakes at load: a name other than `request`, a field `request` does not declare, a result
-//! that cannot be a `bool`, a malformed regular expression literal, and the functions of
-//! Kubernetes' own CEL libraries, which cel-rust does not provide.
+//! The CEL environment, the load check and the cost model are [`crate::base::cel`]'s; this module
+//! declares `request` to them (its type here, its sizes in `sizes`) and refuses at load a
+//! condition whose result is certainly not a `bool`. cel-rust counts no cost, so the cost model
+//! prices the expression before it runs, from the sizes of the review at hand. Beyond
+//! kube-apiserver, which estimates no cost for these expressions, an expression whose worst case
+//! passes [`STATIC_ESTIMATED_COST_LIMIT`] (the limit it applies to a CRD's rules) is refused at
+//! load, naming its cost.
 
-mod check;
-mod cost;
+mod sizes;
 
 use std::cell::LazyCell;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
-use cel::common::ast::{EntryExpr, Expr, IdedExpr, MapExpr, StructExpr};
 use cel::common::types::{CelList, CelMap, CelMapKey, CelString};
 use cel::common::value::Val;
-use cel::{Context, Env, ExecutionError, ParseErrors, Program, Value};
+use cel::{Context, ExecutionError, Program, Value};
 use k8s_openapi::api::authorization::v1::SubjectAccessReviewSpec;
 
-use check::{Shape, check};
-use cost::{Inputs, cost};
-pub use cost::{PER_CALL_LIMIT, STATIC_ESTIMATED_COST_LIMIT};
+use crate::base::cel::{
+    self as base_cel, Compiled, ENV, Object, PER_CALL_LIMIT, STATIC_ESTIMATED_COST_LIMIT, Sizes,
+    Type, Variable, cost, cost_exceeded, quoted,
+};
 
 /// kube-apiserver's bound on a webhook's conditions.
 pub const MAX_CONDITIONS: usize = 64;
-/// cel-go's parser limit on an expression's length, in code points, which kube-apiserver keeps.
-pub const MAX_EXPRESSION_CODE_POINTS: usize = 100_000;
-
-/// How deep an expression may nest (its syntax tree's height): cel-go's parser recursion limit,
-/// which kube-apiserver keeps. Deeper expressions are refused before anything walks them: the
-/// load check, the cost estimate and the evaluation all recurse, and 250 levels of each fit a
-/// 2 MiB thread stack many times over.
-pub const MAX_NESTING_DEPTH: usize = 250;
 
 /// The name of the one variable.
 const REQUEST: &str = "request";
 
-/// The CEL environment every condition is compiled and evaluated in: the standard library and
-/// the strings extension (kube-apiserver's `ext.Strings`).
-static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| {
-    let mut env = Env::stdlib();
-    // The strings extension declares functions the standard library does not: adding it to a
-    // fresh standard environment cannot conflict.
-    env.add_extension(cel::extensions::strings)
-        .expect("the strings extension adds to the standard library without conflict");
-    Arc::new(env)
-});
+/// `request`, the v1 `SubjectAccessReviewSpec` as kube-apiserver declares it to CEL
+/// (`buildRequestType`).
+static VARIABLES: [Variable; 1] = [Variable {
+    name: REQUEST,
+    declared: Type::Object(&SUBJECT_ACCESS_REVIEW_SPEC),
+}];
+
+static SUBJECT_ACCESS_REVIEW_SPEC: Object = Object {
+    name: "kubernetes.SubjectAccessReviewSpec",
+    fields: &[
+        ("user", Type::String),
+        ("uid", Type::String),
+        ("groups", Type::List(&Type::String)),
+        (
+            "extra",
+            Type::Map(&Type::String, &Type::List(&Type::String)),
+        ),
+        ("resourceAttributes", Type::Object(&RESOURCE_ATTRIBUTES)),
+        (
+            "nonResourceAttributes",
+            Type::Object(&NON_RESOURCE_ATTRIBUTES),
+        ),
+    ],
+};
+
+static RESOURCE_ATTRIBUTES: Object = Object {
+    name: "kubernetes.ResourceAttributes",
+    fields: &[
+        ("namespace", Type::String),
+        ("verb", Type::String),
+        ("group", Type::String),
+        ("version", Type::String),
+        ("resource", Type::String),
+        ("subresource", Type::String),
+        ("name", Type::String),
+        ("fieldSelector", Type::Object(&FIELD_SELECTOR)),
+        ("labelSelector", Type::Object(&LABEL_SELECTOR)),
+    ],
+};
+
+static NON_RESOURCE_ATTRIBUTES: Object = Object {
+    name: "kubernetes.NonResourceAttributes",
+    fields: &[("path", Type::String), ("verb", Type::String)],
+};
+
+static FIELD_SELECTOR: Object = Object {
+    name: "kubernetes.FieldSelectorAttributes",
+    fields: &[
+        ("rawSelector", Type::String),
+        ("requirements", Type::List(&Type::Dyn)),
+    ],
+};
+
+static LABEL_SELECTOR: Object = Object {
+    name: "kubernetes.LabelSelectorAttributes",
+    fields: &[
+        ("rawSelector", Type::String),
+        ("requirements", Type::List(&Type::Dyn)),
+    ],
+};
 
 /// A webhook's compiled conditions; none (the default) means the webhook is always asked.
 /// Cheap to clone: the programs are shared.
@@ -147,78 +184,16 @@ pub enum ConditionsError {
     },
 }
 
-/// An expression as an error quotes it: whole up to 200 code points; longer, its start and its
-/// length, so that an error about a huge expression stays a readable line.
-fn quoted(expression: &str) -> String {
-    match expression.char_indices().nth(200) {
-        None => format!("{expression:?}"),
-        Some((end, _)) => format!(
-            "{:?}… ({} code points)",
-            &expression[..end],
-            expression.chars().count()
-        ),
-    }
-}
-
 /// Why one expression does not compile. Every message is one line: it ends up in a configuration
 /// error.
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
-    /// Longer than [`MAX_EXPRESSION_CODE_POINTS`].
-    #[error(
-        "expression code point size exceeds limit: size: {0}, limit {MAX_EXPRESSION_CODE_POINTS}"
-    )]
-    TooLong(usize),
-    /// Not CEL.
-    #[error("compilation failed: {}", syntax_errors(.0))]
-    Syntax(#[source] ParseErrors),
-    /// Nested deeper than [`MAX_NESTING_DEPTH`].
-    #[error(
-        "compilation failed: expression nesting depth exceeds the limit of {MAX_NESTING_DEPTH} \
-         (cel-go's parser recursion limit, which kube-apiserver keeps); a long chain of || or == \
-         is one level each: test membership with `in [...]` instead"
-    )]
-    TooDeep,
-    /// No thread could be started to compile on.
-    #[error(
-        "compilation failed: cannot start a thread with a {stack}-byte stack to compile on: {source}"
-    )]
-    Thread {
-        /// The stack asked for.
-        stack: usize,
-        /// What the system said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The compiler panicked (a bug in it): the expression is refused.
-    #[error("compilation failed: the CEL compiler failed on this expression")]
-    Panicked,
-    /// A name that is neither `request` nor a comprehension's variable nor a type.
-    #[error("compilation failed: undeclared reference to '{0}' (the only variable is request)")]
-    UndeclaredReference(String),
-    /// A field `request` (or one of its parts) does not declare.
-    #[error("compilation failed: undefined field '{field}' of {of}")]
-    UndefinedField {
-        /// The field.
-        field: String,
-        /// The type it was selected on.
-        of: &'static str,
-    },
-    /// A field selected on a string, a list, a number…
-    #[error("compilation failed: type '{0}' does not support field selection")]
-    NoFields(&'static str),
+    /// Not CEL, or not CEL this proxy evaluates, or naming what `request` does not declare.
+    #[error(transparent)]
+    Cel(#[from] base_cel::CompileError),
     /// An expression whose result is known not to be a `bool`.
     #[error("must evaluate to bool but got {0}")]
-    NotBool(&'static str),
-    /// A literal pattern of `matches()` that is not a regular expression.
-    #[error("compilation failed: invalid regular expression {pattern:?}: {}", last_line(.source))]
-    Regex {
-        /// The pattern.
-        pattern: String,
-        /// Why.
-        #[source]
-        source: regex::Error,
-    },
+    NotBool(Type),
     /// An expression whose worst case costs more than [`STATIC_ESTIMATED_COST_LIMIT`].
     #[error(
         "estimated cost {cost} exceeds the limit {STATIC_ESTIMATED_COST_LIMIT} for the largest \
@@ -232,11 +207,6 @@ pub enum CompileError {
         /// The size of the largest user, in bytes.
         max_review_bytes: usize,
     },
-    /// A function kube-apiserver has and this proxy's CEL does not.
-    #[error(
-        "compilation failed: {0} is not supported by this proxy's CEL (see docs/COMPATIBILITY.md)"
-    )]
-    Unsupported(String),
 }
 
 /// One condition that could not be decided.
@@ -408,14 +378,14 @@ impl MatchConditions {
             context.add_variable_as_val(REQUEST, Box::new(request_value(spec)));
             context
         });
-        let inputs = LazyCell::new(|| Inputs::of(spec));
+        let sizes = LazyCell::new(|| sizes::of(spec));
         let mut errors = Vec::new();
         let mut skipped = false;
         for (index, condition) in self.conditions.iter().enumerate() {
             let result = if skipped {
                 ConditionResult::NotEvaluated
             } else {
-                condition.evaluate(&context, &inputs)
+                condition.evaluate(&context, &sizes)
             };
             observe(ConditionTrace {
                 index,
@@ -437,15 +407,15 @@ impl MatchConditions {
 }
 
 impl Condition {
-    /// The result on the review in `context`, whose sizes `inputs` gives; not run when its cost
+    /// The result on the review in `context`, whose sizes `sizes` gives; not run when its cost
     /// on this review would pass [`PER_CALL_LIMIT`].
     fn evaluate<'c>(
         &self,
         context: &LazyCell<Context<'c, 'c>, impl FnOnce() -> Context<'c, 'c>>,
-        inputs: &Inputs,
+        sizes: &Sizes,
     ) -> ConditionResult {
         if self.estimate > PER_CALL_LIMIT {
-            let cost = cost(self.program.expression(), inputs);
+            let cost = cost(self.program.expression(), sizes);
             if cost > PER_CALL_LIMIT {
                 return ConditionResult::Error(EvaluationError::CostLimit {
                     expression: Arc::clone(&self.expression),
@@ -529,52 +499,15 @@ pub fn request_value(spec: &SubjectAccessReviewSpec) -> CelMap<'_> {
     map(request)
 }
 
-/// Stack for compiling an expression: a base, and more per code point of it.
-const COMPILE_STACK_BASE: usize = 8 << 20;
-/// cel-rust's parser recurses once per link of a chain, and a link can be two characters (`.a`,
-/// `+1`); measured in a debug build it takes under 2 KiB of stack a character. Brackets, which
-/// take more a level, are bounded before parsing ([`bracket_depth`]).
-const COMPILE_STACK_PER_CODE_POINT: usize = 4 << 10;
-
-/// Compiles one expression, checks what can be checked without a type checker and estimates its
-/// worst-case cost, which must be within [`STATIC_ESTIMATED_COST_LIMIT`].
-///
-/// An expression within [`MAX_EXPRESSION_CODE_POINTS`] can nest tens of thousands of levels
-/// deep, and cel-rust's parser recurses once per level: the parse runs on a thread of its own
-/// whose stack grows with the expression's length (reserved, and touched only as deep as the
-/// parser goes), and a syntax tree deeper than [`MAX_NESTING_DEPTH`] is refused, and dropped,
-/// there too. What comes back is shallow enough for any thread.
+/// Compiles one expression over `request`, which must be able to evaluate to a `bool`, and
+/// estimates its worst-case cost, which must be within [`STATIC_ESTIMATED_COST_LIMIT`].
 fn compile(expression: &str) -> Result<(Program, u64), CompileError> {
-    let size = expression.chars().count();
-    if size > MAX_EXPRESSION_CODE_POINTS {
-        return Err(CompileError::TooLong(size));
+    let Compiled { program, output } = base_cel::compile(expression, &VARIABLES)?;
+    match output {
+        Type::Bool | Type::Dyn => {}
+        other => return Err(CompileError::NotBool(other)),
     }
-    if bracket_depth(expression) > MAX_NESTING_DEPTH {
-        return Err(CompileError::TooDeep);
-    }
-    let stack = COMPILE_STACK_BASE + size * COMPILE_STACK_PER_CODE_POINT;
-    std::thread::scope(|scope| {
-        std::thread::Builder::new()
-            .name("cel-compile".to_owned())
-            .stack_size(stack)
-            .spawn_scoped(scope, || compile_here(expression))
-            .map_err(|source| CompileError::Thread { stack, source })?
-            .join()
-            .map_err(|_| CompileError::Panicked)?
-    })
-}
-
-/// [`compile`], on the thread it runs on.
-fn compile_here(expression: &str) -> Result<(Program, u64), CompileError> {
-    let program = ENV.compile(expression).map_err(CompileError::Syntax)?;
-    if exceeds_depth(program.expression(), MAX_NESTING_DEPTH) {
-        return Err(CompileError::TooDeep);
-    }
-    match check(program.expression(), &mut Vec::new())? {
-        Shape::Bool | Shape::Dyn => {}
-        other => return Err(CompileError::NotBool(other.name())),
-    }
-    let estimate = cost(program.expression(), &Inputs::worst_case());
+    let estimate = cost(program.expression(), sizes::worst_case());
     if estimate > STATIC_ESTIMATED_COST_LIMIT {
         return Err(CompileError::Cost {
             cost: estimate,
@@ -582,118 +515,6 @@ fn compile_here(expression: &str) -> Result<(Program, u64), CompileError> {
         });
     }
     Ok((program, estimate))
-}
-
-/// The deepest nesting of `()`, `[]` and `{}` in `expression`, outside string literals and
-/// comments: levels the parser recurses through, known before it runs.
-fn bracket_depth(expression: &str) -> usize {
-    let text = expression.as_bytes();
-    let (mut at, mut depth, mut deepest) = (0, 0usize, 0usize);
-    while let Some(&byte) = text.get(at) {
-        at += 1;
-        match byte {
-            b'(' | b'[' | b'{' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b')' | b']' | b'}' => depth = depth.saturating_sub(1),
-            b'/' if text.get(at) == Some(&b'/') => {
-                at = text[at..]
-                    .iter()
-                    .position(|&b| b == b'\n')
-                    .map_or(text.len(), |end| at + end);
-            }
-            b'\'' | b'"' => {
-                // A raw string (`r'...'`, `R"..."`) takes backslashes as they are.
-                let raw = at >= 2 && matches!(text[at - 2], b'r' | b'R');
-                let delimiter: &[u8] = if text[at..].starts_with(&[byte, byte]) {
-                    at += 2;
-                    &text[at - 3..at]
-                } else {
-                    &text[at - 1..at]
-                };
-                while at < text.len() && !text[at..].starts_with(delimiter) {
-                    at += if text[at] == b'\\' && !raw { 2 } else { 1 };
-                }
-                at += delimiter.len();
-            }
-            _ => {}
-        }
-    }
-    deepest
-}
-
-/// Whether `expr`'s syntax tree is more than `limit` levels high, found without recursion (an
-/// explicit stack of the nodes still to visit, each with its level) and without visiting more
-/// than one node beyond the limit on any path.
-fn exceeds_depth(expr: &IdedExpr, limit: usize) -> bool {
-    let mut pending = vec![(expr, 1)];
-    while let Some((expr, level)) = pending.pop() {
-        if level > limit {
-            return true;
-        }
-        let mut child = |e| pending.push((e, level + 1));
-        match &expr.expr {
-            Expr::Unspecified | Expr::Ident(_) | Expr::Literal(_) => {}
-            Expr::Select(select) => child(&select.operand),
-            Expr::Call(call) => {
-                call.target.iter().for_each(|t| child(t));
-                call.args.iter().for_each(&mut child);
-            }
-            Expr::List(list) => list.elements.iter().for_each(child),
-            Expr::Map(MapExpr { entries }) | Expr::Struct(StructExpr { entries, .. }) => {
-                for entry in entries {
-                    match &entry.expr {
-                        EntryExpr::MapEntry(entry) => {
-                            child(&entry.key);
-                            child(&entry.value);
-                        }
-                        EntryExpr::StructField(field) => child(&field.value),
-                    }
-                }
-            }
-            Expr::Comprehension(c) => {
-                for part in [
-                    &c.iter_range,
-                    &c.accu_init,
-                    &c.loop_cond,
-                    &c.loop_step,
-                    &c.result,
-                ] {
-                    child(part);
-                }
-            }
-        }
-    }
-    false
-}
-
-/// kube-apiserver's message for an evaluation stopped by its cost limit (cel-go's), with the
-/// cost and the limit.
-fn cost_exceeded(cost: u64) -> String {
-    format!("operation cancelled: actual cost limit exceeded (cost {cost}, limit {PER_CALL_LIMIT})")
-}
-
-/// The parser's errors on one line, each at its line and column (their own text adds the source
-/// with a caret on lines of their own).
-fn syntax_errors(errors: &ParseErrors) -> String {
-    let errors: Vec<String> = errors
-        .errors
-        .iter()
-        .map(|e| format!("{}:{}: {}", e.pos.0, e.pos.1, e.msg))
-        .collect();
-    errors.join("; ")
-}
-
-/// The last line of `error`'s message: the regex crate draws the pattern and a caret above it.
-fn last_line(error: &regex::Error) -> String {
-    error
-        .to_string()
-        .lines()
-        .last()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
 }
 
 #[cfg(test)]

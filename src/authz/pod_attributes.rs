@@ -18,6 +18,7 @@ use http::Method;
 
 use crate::authn::User;
 use crate::authz::{Attributes, POD_RESOURCE};
+use crate::base::names;
 
 /// One kubelet route with a pod in it.
 #[derive(Debug)]
@@ -131,13 +132,15 @@ pub fn pod_attributes<'a>(method: &Method, decoded_path: &'a str) -> Option<PodA
             return None;
         }
         let (namespace, pod) = (segments[0], segments[1]);
-        (is_dns1123_label(namespace) && is_dns1123_subdomain(pod)).then_some(PodAttributes {
-            verb,
-            namespace,
-            pod,
-            subresource: route.subresource,
-            label: route.label,
-        })
+        (names::is_dns1123_label(namespace) && names::is_dns1123_subdomain(pod)).then_some(
+            PodAttributes {
+                verb,
+                namespace,
+                pod,
+                subresource: route.subresource,
+                label: route.label,
+            },
+        )
     })
 }
 
@@ -148,28 +151,6 @@ pub fn pod_subresources() -> impl Iterator<Item = (&'static str, &'static [(Meth
     POD_ROUTES
         .iter()
         .map(|route| (route.subresource, route.verbs))
-}
-
-/// A namespace name: an RFC 1123 label (kubernetes apimachinery `IsDNS1123Label`).
-fn is_dns1123_label(s: &str) -> bool {
-    s.len() <= 63 && is_dns1123_part(s)
-}
-
-/// A pod name: an RFC 1123 subdomain, labels joined by dots (`IsDNS1123Subdomain`).
-fn is_dns1123_subdomain(s: &str) -> bool {
-    s.len() <= 253 && s.split('.').all(is_dns1123_part)
-}
-
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`
-fn is_dns1123_part(s: &str) -> bool {
-    let alnum = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    let bytes = s.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(&first), Some(&last)) => {
-            alnum(first) && alnum(last) && bytes.iter().all(|&b| alnum(b) || b == b'-')
-        }
-        _ => false,
-    }
 }
 
 #[cfg(test)]

@@ -4,12 +4,17 @@
 //! two-step shutdown every long-lived task watches ([`shutdown`]), a recurring failure said once
 //! a minute per cause ([`reports`]), the HTTP and WebSocket knowledge authentication and
 //! forwarding share ([`wire`]), the response body that holds a place until it ends
-//! ([`held_body`]), and the metric conventions every layer's metrics follow ([`metrics`]).
+//! ([`held_body`]), the metric conventions every layer's metrics follow ([`metrics`]), Kubernetes'
+//! name rules ([`names`]), and CEL as kube-apiserver evaluates it, for the layers that take
+//! expressions from their configuration ([`cel`]: the environment, the load check and the cost
+//! model; each caller declares its variables).
 
 pub mod budget;
+pub mod cel;
 pub mod certificates;
 pub mod held_body;
 pub mod metrics;
+pub mod names;
 pub mod reload;
 pub mod reports;
 pub mod shutdown;

@@ -1,6 +1,6 @@
 //! HTTP and WebSocket protocol knowledge that authentication, authorization and forwarding share:
 //! list-valued header parsing, what makes a request an upgrade, the bearer-token WebSocket
-//! subprotocol, and the longest path accepted.
+//! subprotocol, and the longest path and request head accepted.
 //! One definition each, so the authenticator and the header hygiene cannot drift apart.
 
 use http::Version;
@@ -12,6 +12,18 @@ use http::header::{CONNECTION, HeaderMap, HeaderName, SEC_WEBSOCKET_PROTOCOL, UP
 /// longest real ones, `/exec/{ns}/{pod}/{uid}/{container}`, stay under 400 bytes); 8 KiB leaves
 /// room for long log file names while bounding the work and memory one request can cost.
 pub const MAX_PATH_LEN: usize = 8 * 1024;
+
+/// The most bytes of an HTTP/1.1 request head (request line and headers) the server reads before
+/// refusing the request (hyper's default read buffer, set explicitly by
+/// [`crate::server::http_server`] so that it cannot change under what counts on it): no header,
+/// and so no bearer token, is longer. Authentication's expressions over a token's claims are
+/// priced for the largest token this allows.
+pub const MAX_REQUEST_HEAD_BYTES: usize = 8192 + 4096 * 100;
+
+/// The most bytes of an HTTP/2 request's header list the server accepts (hyper's default
+/// `SETTINGS_MAX_HEADER_LIST_SIZE`, set explicitly by [`crate::server::http_server`]), below
+/// [`MAX_REQUEST_HEAD_BYTES`].
+pub const MAX_HTTP2_HEADER_LIST_BYTES: u32 = 16 * 1024;
 
 /// The `Sec-WebSocket-Protocol` entry prefix Kubernetes clients use to carry a bearer token on a
 /// WebSocket handshake (browsers cannot set `Authorization`); the rest of the entry is the token,

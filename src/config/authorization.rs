@@ -136,7 +136,7 @@ pub fn load(path: &Path) -> Result<Vec<AuthorizerSpec>, ConfigError> {
                 authorizer.name
             ))
         };
-        if !is_dns_subdomain(&authorizer.name) {
+        if !crate::base::names::is_dns1123_subdomain(&authorizer.name) {
             return Err(at(
                 "name is required and must be a DNS-1123 subdomain".into()
             ));
@@ -318,18 +318,6 @@ fn webhook_spec(
         failure_policy,
         match_conditions,
     })
-}
-
-/// RFC 1123 subdomain: at most 253 characters of lowercase alphanumerics, `-` and `.`, starting
-/// and ending with an alphanumeric.
-fn is_dns_subdomain(name: &str) -> bool {
-    let valid_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
-    let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
-    !name.is_empty()
-        && name.len() <= 253
-        && name.chars().all(valid_char)
-        && edge(name.chars().next())
-        && edge(name.chars().last())
 }
 
 #[cfg(test)]

@@ -166,6 +166,13 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "ISSUER", help_heading = "Authentication")]
     pub service_account_issuer: Vec<String>,
 
+    /// An AuthenticationConfiguration (apiserver.config.k8s.io/v1, the file kube-apiserver's
+    /// --authentication-config reads): bearer tokens of its JWT issuers are verified and mapped
+    /// to users on the node, never sent to TokenReview; its `anonymous` section limits
+    /// anonymous access to the paths it lists. Read again when it changes.
+    #[arg(long, value_name = "FILE", help_heading = "Authentication")]
+    pub authentication_config: Option<PathBuf>,
+
     /// Comma-separated audiences the API server accepts (as kube-apiserver's flag): a
     /// service-account token for none of them is refused on the node. Default: not checked on
     /// the node (TokenReview checks them); --authentication-token-audiences, when given, is used.

@@ -8,6 +8,7 @@
 
 mod audit_log;
 mod audit_policy;
+mod authentication_config;
 pub mod authorization;
 mod authorizers;
 pub mod duration;
@@ -27,9 +28,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::authn::NoAuthenticationMethod;
+use crate::authn::structured::StructuredSettings;
 use crate::authn::x509::ClientCa;
 use crate::base::reload::{ReloadRegistry, Reloadable};
 use audit_log::audit_settings;
+use authentication_config::authentication_config_settings;
 use error::flag_cause;
 use flags::ProxyFlags;
 use max_connections::{apiserver_clients, descriptor_plan};
@@ -67,6 +70,8 @@ pub struct Settings {
     pub token_review: Option<TokenReviewSettings>,
     /// Anonymous requests allowed (`--anonymous-auth`).
     pub anonymous_auth: bool,
+    /// `--authentication-config`: JWT issuers decided on the node, anonymous access by path.
+    pub authentication_config: Option<StructuredSettings>,
     /// The authorizer chain, the attribute table and the Node name.
     pub authorization: AuthorizationSettings,
     /// The kubelet and how requests reach it.
@@ -114,6 +119,10 @@ impl Settings {
         let mut notes = Vec::new();
         let mut reloads = ReloadRegistry::default();
         let token_review = keep(&mut errors, token_review_settings(flags).await);
+        let authentication_config = keep(
+            &mut errors,
+            authentication_config_settings(flags, &mut warnings),
+        );
         // The client CA first: the serving configuration advertises its names, so it reloads
         // after it.
         let client_ca = keep(&mut errors, client_ca_settings(flags, &mut reloads));
@@ -126,13 +135,15 @@ impl Settings {
                 client_ca.clone().flatten(),
             ),
         );
-        if let (Some(token_review), Some(client_ca)) = (&token_review, &client_ca) {
+        if let (Some(token_review), Some(client_ca), Some(structured)) =
+            (&token_review, &client_ca, &authentication_config)
+        {
             keep(
                 &mut errors,
                 NoAuthenticationMethod::check(
                     client_ca.is_some(),
-                    token_review.is_some(),
-                    flags.anonymous_auth,
+                    token_review.is_some() || structured.is_some(),
+                    flags.anonymous_auth || structured.is_some(),
                 )
                 .map_err(|e| flag_cause("--client-ca-file", e)),
             );
@@ -185,7 +196,7 @@ impl Settings {
         let node_name = authorization.as_ref().map(|a| a.node_name.as_str());
         let upstream = keep(&mut errors, upstream(flags, node_name, &mut reloads));
         match (
-            token_review,
+            token_review.zip(authentication_config),
             serving.zip(client_ca),
             authorization,
             max_connections,
@@ -193,7 +204,7 @@ impl Settings {
             upstream,
         ) {
             (
-                Some(token_review),
+                Some((token_review, authentication_config)),
                 Some((server_tls, client_ca)),
                 Some(authorization),
                 Some(max_connections),
@@ -216,6 +227,7 @@ impl Settings {
                 client_ca,
                 token_review,
                 anonymous_auth: flags.anonymous_auth,
+                authentication_config,
                 authorization,
                 upstream,
                 header_read_timeout: flags.header_read_timeout,

@@ -12,7 +12,6 @@
 //! or met while forwarding, becomes its response and its metrics label, and
 //! [`Verdict::audit`] its audit annotation, so the server and `explain` cannot disagree.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -205,19 +204,16 @@ pub enum RequestDecision {
 
 impl Decider {
     /// Decides `method path?query`. `authenticate` runs only once the path passed the gate, so
-    /// an unclean path never costs a TokenReview.
-    pub async fn decide<A, F>(
+    /// an unclean path never costs a TokenReview; it is given the decoded path (anonymous access
+    /// may depend on it).
+    pub async fn decide(
         &self,
         method: &Method,
         path: &str,
         query: Option<&str>,
-        authenticate: A,
+        authenticate: impl AsyncFnOnce(&str) -> Authentication,
         mut observer: impl Observer,
-    ) -> Verdict
-    where
-        A: FnOnce() -> F,
-        F: Future<Output = Authentication>,
-    {
+    ) -> Verdict {
         let decoded = match check_path(path) {
             PathCheck::Canonical { decoded } => decoded,
             PathCheck::Redirect { location } => {
@@ -230,7 +226,7 @@ impl Decider {
             PathCheck::Reject(reason) => return Verdict::BadPath(reason),
         };
         observer.canonical(&decoded);
-        let user = match authenticate().await {
+        let user = match authenticate(&decoded).await {
             Authentication::User(user) => user,
             Authentication::Unauthenticated => return Verdict::Unauthenticated { failure: None },
             Authentication::Failed(reason) => {

@@ -283,14 +283,17 @@ impl Pipeline {
                 req.method(),
                 req.uri().path(),
                 req.uri().query(),
-                || {
-                    self.authenticator.authenticate(
-                        identity,
-                        peer.ip(),
-                        req.version(),
-                        req.headers(),
-                        unix_now(),
-                    )
+                async |path| {
+                    self.authenticator
+                        .authenticate(
+                            identity,
+                            peer.ip(),
+                            req.version(),
+                            req.headers(),
+                            path,
+                            unix_now(),
+                        )
+                        .await
                 },
                 Unobserved,
             )

@@ -20,6 +20,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
+use crate::base::wire::{MAX_HTTP2_HEADER_LIST_BYTES, MAX_REQUEST_HEAD_BYTES};
+
 /// What a client connection is read and written through.
 type Io = TokioIo<TlsStream<TcpStream>>;
 
@@ -65,11 +67,15 @@ impl HttpServer {
         let mut http1 = http1::Builder::new();
         http1
             .timer(TokioTimer::new())
-            .header_read_timeout(header_read_timeout);
+            .header_read_timeout(header_read_timeout)
+            // The bound on a request head (and so on a token) the cost model of authentication's
+            // expressions counts on.
+            .max_buf_size(MAX_REQUEST_HEAD_BYTES);
         let mut http2 = http2::Builder::new(TokioExecutor::new());
         http2
             .timer(TokioTimer::new())
-            .max_concurrent_streams(HTTP2_MAX_CONCURRENT_STREAMS);
+            .max_concurrent_streams(HTTP2_MAX_CONCURRENT_STREAMS)
+            .max_header_list_size(MAX_HTTP2_HEADER_LIST_BYTES);
         HttpServer { http1, http2 }
     }
 

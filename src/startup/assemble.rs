@@ -15,6 +15,7 @@ use crate::audit::policy::PolicyGate;
 use crate::audit::{AuditLog, AuditTarget, reviews_skipped_event};
 use crate::authn::Authenticator;
 use crate::authn::service_account_keys::ServiceAccountKeys;
+use crate::authn::structured::StructuredAuthentication;
 use crate::authn::token::TokenReviewAuthenticator;
 use crate::authn::x509::X509Authenticator;
 use crate::authz::live_rbac::RbacAuthorizer;
@@ -72,9 +73,23 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         }
         None => None,
     };
+    let structured = match settings.authentication_config {
+        Some(file) => {
+            let structured = StructuredAuthentication::start(
+                file,
+                metrics.authn.issuer_keys.clone(),
+                metrics.authn.structured.clone(),
+            )
+            .map_err(|e| client_error("--authentication-config", e))?;
+            reloads.add(Arc::clone(&structured) as _);
+            Some(structured)
+        }
+        None => None,
+    };
     let authenticator = Authenticator::new(
         settings.client_ca.map(X509Authenticator::new),
         tokens,
+        structured,
         settings.anonymous_auth,
     )
     .map_err(|e| client_error("--client-ca-file", e))?;

@@ -4,8 +4,9 @@
 //! reviews the proxy will send (TokenReviews for `--authentication-token-webhook`,
 //! SubjectAccessReviews for a `Webhook` authorizer), and whether it may list and watch the RBAC
 //! kinds an `RBAC` authorizer watches; with `--authentication-token-webhook`, the service-account
-//! issuer's public keys are fetched as the proxy will. Nothing else is opened and nothing is
-//! written.
+//! issuer's public keys are fetched as the proxy will, and so are those of every JWT issuer of
+//! `--authentication-config` (discovery and keys, through the configured CA). Nothing else is
+//! opened and nothing is written.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +17,8 @@ use crate::apiserver::{
 };
 use crate::authn::metrics::AuthnMetrics;
 use crate::authn::service_account_keys::ServiceAccountKeys;
+use crate::authn::structured::keys::{IssuerKeys, KeysMetrics};
+use crate::authn::structured::validation::Validated;
 use crate::base::shutdown::Shutdown;
 use crate::config::{AuthorizerSettings, Settings, TokenReviewSettings};
 use crate::forward::metrics::ForwardMetrics;
@@ -41,6 +44,9 @@ pub async fn run(settings: Settings) -> Findings {
     }
     if let Some(review) = &settings.token_review {
         check_service_account_keys(review, &mut findings).await;
+    }
+    if let Some(file) = &settings.authentication_config {
+        check_issuers(&file.current().validated, &mut findings).await;
     }
     check_kubelet(settings, &mut findings).await;
     findings
@@ -193,7 +199,9 @@ async fn check_service_account_keys(review: &TokenReviewSettings, findings: &mut
         client,
         review.service_account_issuers.clone(),
         review.local_audiences.clone(),
-        Arc::new(AuthnMetrics::default()),
+        Arc::new(AuthnMetrics::register(
+            &mut prometheus_client::registry::Registry::default(),
+        )),
     );
     match tokio::time::timeout(PROBE_TIMEOUT, keys.fetch()).await {
         Ok(Ok(count)) => findings.working.push(format!(
@@ -207,6 +215,31 @@ async fn check_service_account_keys(review: &TokenReviewSettings, findings: &mut
         Err(_) => findings.failing.push(format!(
             "{source}: probe: the service-account issuer's keys did not come within              {PROBE_TIMEOUT:?}"
         )),
+    }
+}
+
+/// Fetches each JWT issuer's discovery document and keys as the proxy will, with the CA the
+/// file gives it.
+async fn check_issuers(config: &Validated, findings: &mut Findings) {
+    let metrics = KeysMetrics::register(&mut prometheus_client::registry::Registry::default());
+    for (i, jwt) in config.jwt.iter().enumerate() {
+        let at = format!("--authentication-config: jwt[{i}] {}", jwt.source.url);
+        let keys = match IssuerKeys::new(jwt.source.clone(), metrics.clone()) {
+            Ok(keys) => keys,
+            Err(e) => {
+                findings.failing.push(format!("{at}: {e}"));
+                continue;
+            }
+        };
+        match tokio::time::timeout(PROBE_TIMEOUT, keys.probe()).await {
+            Ok(Ok(report)) => findings.working.push(format!("probe: {at}: {report}")),
+            Ok(Err(e)) => findings.failing.push(format!(
+                "{at}: probe: {e}; until the keys can be fetched, its tokens are refused with 401"
+            )),
+            Err(_) => findings.failing.push(format!(
+                "{at}: probe: the discovery document and keys did not come within {PROBE_TIMEOUT:?}"
+            )),
+        }
     }
 }
 

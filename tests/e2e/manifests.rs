@@ -137,9 +137,11 @@ fn every_manifest_parses_into_its_api_type_without_losing_a_field() {
                 "Secret" => round_trip::<Secret>(document),
                 // Not Kubernetes objects; checked by their own tests below (the audit Policy
                 // in audit_policy.rs).
-                "ProxyConfiguration" | "KubeletConfiguration" | "PolicyCheck" | "Policy" => {
-                    Ok(Vec::new())
-                }
+                "ProxyConfiguration"
+                | "KubeletConfiguration"
+                | "PolicyCheck"
+                | "Policy"
+                | "AuthenticationConfiguration" => Ok(Vec::new()),
                 // The Prometheus Operator's type, checked by monitoring.rs (the rules file
                 // wrapped) and config/monitoring/test.sh (promtool); the rules file and its
                 // promtool tests beside it have no kind.
@@ -656,6 +658,45 @@ fn the_daemonsets_memory_limit_fits_its_connection_limit() {
         "--max-connections={max_connections} needs {:.0} MiB idle; the limit {limit} leaves no \
          room for requests in flight",
         needed / 1024.0 / 1024.0
+    );
+}
+
+/// The example `AuthenticationConfiguration` validates as kube-apiserver would validate it, its
+/// expressions compiled, and says what each authenticator shows.
+#[test]
+fn the_example_authentication_configuration_validates() {
+    use kubelet_auth_proxy::authn::structured::{load, validation::Context};
+    let loaded = load(
+        &file("config/authentication-config.yaml"),
+        &Context::default(),
+    )
+    .unwrap_or_else(|e| panic!("config/authentication-config.yaml: {e}"));
+    let urls: Vec<&str> = loaded
+        .validated
+        .jwt
+        .iter()
+        .map(|jwt| jwt.source.url.as_str())
+        .collect();
+    assert_eq!(
+        urls,
+        [
+            "https://login.example.com/tenant-1/v2.0",
+            "https://ci.example.com"
+        ]
+    );
+    assert!(loaded.validated.anonymous.is_some());
+    // The same file beside --anonymous-auth=true is refused, naming the field.
+    let both = load(
+        &file("config/authentication-config.yaml"),
+        &Context {
+            anonymous_flag: true,
+            ..Context::default()
+        },
+    );
+    assert!(
+        both.as_ref()
+            .is_err_and(|e| e.to_string().starts_with("anonymous: Forbidden")),
+        "{both:?}"
     );
 }
 

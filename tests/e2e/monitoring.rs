@@ -357,7 +357,8 @@ fn queries() -> Vec<(String, String, Vec<String>)> {
 #[tokio::test]
 async fn every_metric_and_label_the_rules_and_the_dashboard_name_is_exported() {
     // A proxy using every part a query looks at: the RBAC and Webhook modes (watches, reviews),
-    // bearer tokens (TokenReview), an audit log with its flood budget and the shipped policy.
+    // bearer tokens (TokenReview), a JWT issuer of --authentication-config, an audit log with its
+    // flood budget and the shipped policy.
     let api = ApiServer::start().await;
     api.add_token("grafana-token", TokenUser::new("grafana"));
     // Grafana may read stats (allowed: a forwarded request); the rest has no opinion (forbidden).
@@ -373,10 +374,24 @@ async fn every_metric_and_label_the_rules_and_the_dashboard_name_is_exported() {
         "--audit-policy-file={}",
         file("config/audit-policy.yaml").display()
     );
+    // A JWT issuer nobody serves: its counters exist from the start.
+    let authentication_config = dir.path().join("authentication-config.yaml");
+    std::fs::write(
+        &authentication_config,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthenticationConfiguration\n\
+         jwt:\n- issuer: {url: 'https://127.0.0.1:9/issuer', audiences: [kubelet]}\n  \
+         claimMappings: {username: {claim: sub, prefix: 'oidc:'}}\n",
+    )
+    .unwrap();
+    let authentication_config = format!(
+        "--authentication-config={}",
+        authentication_config.display()
+    );
     let h = ProxySpec::new(&[
         "--authorization-mode=RBAC,Webhook",
         "--rbac-start-jitter=0s",
         "--authentication-token-webhook",
+        &authentication_config,
         &audit_log,
         &audit_policy,
     ])

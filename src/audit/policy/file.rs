@@ -195,7 +195,7 @@ fn compile(index: usize, rule: RuleFile, policy_omits: Stages) -> Result<Rule, P
     }
     let mut resources = Vec::with_capacity(rule.resources.len());
     for (i, group) in rule.resources.into_iter().enumerate() {
-        if !group.group.is_empty() && !is_dns_subdomain(&group.group) {
+        if !group.group.is_empty() && !crate::base::names::is_dns1123_subdomain(&group.group) {
             return Err(invalid(
                 at(&format!("resources[{i}].group")),
                 format!(
@@ -253,20 +253,5 @@ fn stages(field: &str, names: &[String]) -> Result<Stages, PolicyFileError> {
                     ),
                 )
             })
-        })
-}
-
-/// A DNS-1123 subdomain, as Kubernetes requires of API group names: at most 253 characters,
-/// dot-separated labels of lowercase letters, digits and `-`, each starting and ending with a
-/// letter or digit.
-fn is_dns_subdomain(name: &str) -> bool {
-    name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
         })
 }

@@ -103,7 +103,7 @@ pub(super) fn decide_as(
         method,
         path,
         query,
-        || async {
+        async |_| {
             authenticated.store(true, Ordering::Relaxed);
             Authentication::User(user)
         },
@@ -163,7 +163,7 @@ fn an_unauthenticated_request_is_a_401_without_an_audit_decision() {
         &Method::GET,
         "/pods",
         None,
-        || async { Authentication::Failed("token rejected".into()) },
+        async |_| Authentication::Failed("token rejected".into()),
         Unobserved,
     ));
     assert!(

@@ -42,7 +42,7 @@ pub async fn explain(decider: &Decider, method: &Method, target: &str, user: &Us
             method,
             raw_path,
             query,
-            || std::future::ready(Authentication::User(caller)),
+            async |_| Authentication::User(caller),
             &mut recorder,
         )
         .await;

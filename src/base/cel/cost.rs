@@ -1,34 +1,33 @@
-//! The cost of a condition, in cel-go's cost units, since cel-rust counts none: kube-apiserver
+//! The cost of an expression, in cel-go's cost units, since cel-rust counts none: kube-apiserver
 //! stops any CEL evaluation whose cost passes `celconfig.PerCallLimit` (1,000,000, "roughly 0.1
 //! second"), and refuses at load the expressions of a CRD whose estimated worst case passes
 //! `StaticEstimatedCostLimit` (10,000,000).
 //!
-//! One model serves both: [`cost`] walks the expression with the sizes its inputs may have —
-//! [`Inputs::worst_case`] at load, [`Inputs::of`] the review at hand before it is evaluated —
-//! and prices each step as cel-go's estimator (`checker/cost.go`) and Kubernetes' library costs
-//! (`apiserver/pkg/cel/library/cost.go`) do: an identifier or a field selection 1, a literal 0,
-//! most calls 1, string operations by the lengths they traverse (0.1 a byte), `contains` by the
-//! product of the two lengths, `matches` by input length times pattern length (0.25 a byte), a
-//! list or map literal 10 or 30, `x in list` by the list's length, and a comprehension its range
-//! and initial value plus its loop (condition and step) once per element. Every operation costs
-//! at least 1, which also covers cel-go's rounding up.
+//! One model serves both: [`cost`] walks the expression with the [`Sizes`] its variables may
+//! have — the largest its caller can be handed at load, those of the values at hand before it is
+//! evaluated — and prices each step as cel-go's estimator (`checker/cost.go`) and Kubernetes'
+//! library costs (`apiserver/pkg/cel/library/cost.go`) do: an identifier or a field selection 1,
+//! a literal 0, most calls 1, string operations by the lengths they traverse (0.1 a byte),
+//! `contains` by the product of the two lengths, `matches` by input length times pattern length
+//! (0.25 a byte), a list or map literal 10 or 30, `x in list` by the list's length, and a
+//! comprehension its range and initial value plus its loop (condition and step) once per
+//! element. Every operation costs at least 1, which also covers cel-go's rounding up.
 //!
 //! Unlike cel-go, which prices `a && b` as both sides only at load, the cost before evaluation
-//! is the worst case for the review's sizes: no short-circuit is assumed.
+//! is the worst case for the sizes at hand: no short-circuit is assumed.
 //!
-//! A comprehension outside any other, over a list of strings whose total length is known
-//! (`request.groups`, the keys of `request.extra`), is priced with that total: the elements' lengths add up to it, so
-//! the loop costs at most `n × loop(empty) + loop(total) − loop(empty)` (the costs grow with a
-//! length at least linearly, so the sum over elements is at most the cost at the sum). A
-//! `map()` or `filter()` accumulator grows by appending in place (cel-rust's `AppendStep`), so
-//! that append costs 1, not a copy of the list.
+//! A comprehension outside any other, over a list of strings whose total length is known (a
+//! user's groups, the keys of its extra), is priced with that total: the elements' lengths add
+//! up to it, so the loop costs at most `n × loop(empty) + loop(total) − loop(empty)` (the costs
+//! grow with a length at least linearly, so the sum over elements is at most the cost at the
+//! sum). A `map()` or `filter()` accumulator grows by appending in place (cel-rust's
+//! `AppendStep`), so that append costs 1, not a copy of the list.
+
+use std::sync::Arc;
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, operators};
-use k8s_openapi::api::authorization::v1::SubjectAccessReviewSpec;
 
-use super::REQUEST;
-use crate::apiserver::MAX_RESPONSE_BYTES;
-use crate::base::wire::MAX_PATH_LEN;
+use super::unescape;
 
 /// kube-apiserver's `celconfig.PerCallLimit`: the most one evaluation of one expression may cost.
 pub const PER_CALL_LIMIT: u64 = 1_000_000;
@@ -47,24 +46,18 @@ const MAP_CREATE: f64 = 30.0;
 /// cel-go's `common.StructCreateBaseCost`.
 const STRUCT_CREATE: f64 = 40.0;
 
-/// The fewest bytes one element of a JSON list of strings takes (`"",`): the most elements a
-/// TokenReview answer's list can have is its size over this.
-const MIN_LIST_ELEMENT_BYTES: usize = 3;
-/// The fewest bytes one entry of a JSON map of string lists takes (`"":[],`).
-const MIN_MAP_ENTRY_BYTES: usize = 6;
-
 /// What the cost model knows of a value's size: a string's length in bytes, a list's or a
-/// map's number of elements and the size of each, or one of `request`'s records.
+/// map's number of elements and the size of each, the sizes of a record's fields.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Size {
-    /// `request`.
-    Request,
-    /// `request.resourceAttributes`.
-    ResourceAttributes,
-    /// `request.nonResourceAttributes`.
-    NonResourceAttributes,
-    /// `request.resourceAttributes.fieldSelector` or `labelSelector`.
-    Selector,
+pub enum Size {
+    /// An object with declared fields (a `check::Object`), each of its size: `.field` is that
+    /// field's size; it counts as one element.
+    Record(Arc<[(&'static str, Size)]>),
+    /// A map whose entries are known one by one (a JSON object at hand): `.key` and `['key']`
+    /// are that entry's size, under its name or under the name Kubernetes' escaping
+    /// ([`unescape`]) makes of it; a key that is not there fails the evaluation, so it costs as
+    /// a scalar. Iterated, an element is as large as its largest key or value.
+    Entries(Arc<[(String, Size)]>),
     /// A bool, a number, null, a type: size 1.
     Scalar,
     /// A string or bytes of at most this many bytes.
@@ -72,24 +65,32 @@ pub(super) enum Size {
     /// A list of at most `count` elements, each at most `elem`; `total`, when known, bounds the
     /// sum of their lengths (strings only).
     List {
+        /// The most elements.
         count: f64,
+        /// The largest element.
         elem: Box<Size>,
+        /// The most their lengths add up to.
         total: Option<f64>,
     },
     /// A map of at most `count` entries, keys at most `key` (their lengths adding up to at most
     /// `key_total` when known), values at most `value`.
     Map {
+        /// The most entries.
         count: f64,
+        /// The largest key.
         key: Box<Size>,
+        /// The most the keys' lengths add up to.
         key_total: Option<f64>,
+        /// The largest value.
         value: Box<Size>,
     },
-    /// Nothing known: as large as [`Inputs::ceiling`].
+    /// Nothing known: as large as [`Sizes`]' ceiling.
     Unknown,
 }
 
 impl Size {
-    fn list_of_strings(count: usize, longest: usize, total: usize) -> Size {
+    /// A list of `count` strings, the longest of `longest` bytes, `total` bytes in all.
+    pub fn list_of_strings(count: usize, longest: usize, total: usize) -> Size {
         Size::List {
             count: count as f64,
             elem: Box::new(Size::Str(longest as f64)),
@@ -98,7 +99,7 @@ impl Size {
     }
 
     /// The larger of two sizes, for a value that may be either.
-    fn max(self, other: Size) -> Size {
+    pub fn max(self, other: Size) -> Size {
         match (self, other) {
             (a, b) if a == b => a,
             (Size::Str(a), Size::Str(b)) => Size::Str(a.max(b)),
@@ -124,124 +125,40 @@ impl Size {
     }
 }
 
-/// The sizes of `request`'s parts: their largest possible values at load, the review's own
-/// before it is evaluated.
+/// The sizes of an expression's variables: the largest they can be (at load), or those of the
+/// values at hand (before an evaluation).
 #[derive(Debug, Clone)]
-pub(super) struct Inputs {
-    user: f64,
-    uid: f64,
-    groups: Size,
-    extra: Size,
-    /// The longest of the resource attributes' strings.
-    resource: f64,
-    /// The longest of the non-resource attributes' strings.
-    non_resource: f64,
-    /// The size of a value the model cannot follow (the result of `format()`, a selector's
-    /// requirements): as large as the largest input.
+pub struct Sizes {
+    variables: Vec<(&'static str, Size)>,
+    /// The size of a value the model cannot follow (the result of `format()`, a value of unknown
+    /// shape): as large as all the variables together.
     ceiling: f64,
 }
 
-impl Inputs {
-    /// The largest review the proxy can build: the user (name, uid, groups, extra) comes from a
-    /// TokenReview answer, which the proxy reads up to [`MAX_RESPONSE_BYTES`], or from a client
-    /// certificate, which TLS bounds to far less; the resource attributes come from the request
-    /// path, at most [`MAX_PATH_LEN`] bytes.
-    pub(super) fn worst_case() -> Inputs {
-        let bytes = MAX_RESPONSE_BYTES;
-        let strings = || Size::list_of_strings(bytes / MIN_LIST_ELEMENT_BYTES, bytes, bytes);
-        Inputs {
-            user: bytes as f64,
-            uid: bytes as f64,
-            groups: strings(),
-            extra: Size::Map {
-                count: (bytes / MIN_MAP_ENTRY_BYTES) as f64,
-                key: Box::new(Size::Str(bytes as f64)),
-                key_total: Some(bytes as f64),
-                value: Box::new(strings()),
-            },
-            resource: MAX_PATH_LEN as f64,
-            non_resource: MAX_PATH_LEN as f64,
-            ceiling: bytes as f64,
-        }
+impl Sizes {
+    /// The sizes of `variables`; `ceiling` bounds any value computed from them whose size the
+    /// model cannot follow: at least the largest string or list any of them holds.
+    pub fn new(variables: Vec<(&'static str, Size)>, ceiling: f64) -> Sizes {
+        Sizes { variables, ceiling }
     }
 
-    /// The sizes of `spec`'s parts.
-    pub(super) fn of(spec: &SubjectAccessReviewSpec) -> Inputs {
-        fn len(value: &Option<String>) -> usize {
-            value.as_deref().map_or(0, str::len)
-        }
-        fn strings<'s>(values: impl Iterator<Item = &'s String> + Clone) -> Size {
-            let longest = values.clone().map(String::len).max().unwrap_or(0);
-            let total = values.clone().map(String::len).sum();
-            Size::list_of_strings(values.count(), longest, total)
-        }
-        let groups = spec.groups.as_deref().unwrap_or_default();
-        let extra = spec.extra.as_ref();
-        let entries = || extra.into_iter().flatten();
-        let values = entries().map(|(_, values)| strings(values.iter()));
-        let value = values.fold(Size::list_of_strings(0, 0, 0), Size::max);
-        let resource = spec.resource_attributes.as_ref().map_or(0, |a| {
-            [
-                &a.namespace,
-                &a.verb,
-                &a.group,
-                &a.version,
-                &a.resource,
-                &a.subresource,
-                &a.name,
-            ]
-            .into_iter()
-            .map(len)
-            .max()
-            .unwrap_or(0)
-        });
-        let non_resource = spec
-            .non_resource_attributes
-            .as_ref()
-            .map_or(0, |a| len(&a.path).max(len(&a.verb)));
-        let key_total: usize = entries().map(|(key, _)| key.len()).sum();
-        let value_total: usize = entries().flat_map(|(_, v)| v).map(String::len).sum();
-        let group_total: usize = groups.iter().map(String::len).sum();
-        let ceiling = len(&spec.user)
-            + len(&spec.uid)
-            + group_total
-            + groups.len()
-            + key_total
-            + value_total
-            + resource
-            + non_resource;
-        Inputs {
-            user: len(&spec.user) as f64,
-            uid: len(&spec.uid) as f64,
-            groups: strings(groups.iter()),
-            extra: Size::Map {
-                count: entries().count() as f64,
-                key: Box::new(Size::Str(
-                    entries().map(|(key, _)| key.len()).max().unwrap_or(0) as f64,
-                )),
-                key_total: Some(key_total as f64),
-                value: Box::new(value),
-            },
-            resource: resource as f64,
-            non_resource: non_resource as f64,
-            ceiling: ceiling as f64,
-        }
+    /// The size of the variable `name`; anything else an identifier names (a type) is a scalar.
+    fn variable(&self, name: &str) -> Size {
+        self.variables
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map_or(Size::Scalar, |(_, size)| size.clone())
     }
 
     /// The size of `record.field`.
     fn field(&self, record: &Size, field: &str) -> Size {
-        match (record, field) {
-            (Size::Request, "user") => Size::Str(self.user),
-            (Size::Request, "uid") => Size::Str(self.uid),
-            (Size::Request, "groups") => self.groups.clone(),
-            (Size::Request, "extra") => self.extra.clone(),
-            (Size::Request, "resourceAttributes") => Size::ResourceAttributes,
-            (Size::Request, "nonResourceAttributes") => Size::NonResourceAttributes,
-            (Size::ResourceAttributes, "fieldSelector" | "labelSelector") => Size::Selector,
-            (Size::ResourceAttributes, _) => Size::Str(self.resource),
-            (Size::NonResourceAttributes, _) => Size::Str(self.non_resource),
-            (Size::Selector, "rawSelector") => Size::Str(self.resource),
-            (Size::Map { value, .. }, _) => (**value).clone(),
+        match record {
+            Size::Record(fields) => fields
+                .iter()
+                .find(|(name, _)| *name == field)
+                .map_or(Size::Unknown, |(_, size)| size.clone()),
+            Size::Entries(entries) => entry(entries, field),
+            Size::Map { value, .. } => (**value).clone(),
             _ => Size::Unknown,
         }
     }
@@ -250,19 +167,38 @@ impl Inputs {
     fn len(&self, size: &Size) -> f64 {
         match size {
             Size::Str(n) | Size::List { count: n, .. } | Size::Map { count: n, .. } => *n,
-            Size::Request
-            | Size::ResourceAttributes
-            | Size::NonResourceAttributes
-            | Size::Selector
-            | Size::Scalar => 1.0,
+            Size::Entries(entries) => entries.len() as f64,
+            Size::Record(_) | Size::Scalar => 1.0,
             Size::Unknown => self.ceiling,
         }
     }
 }
 
-/// The cost of `expr` for inputs of the sizes `inputs` gives, rounded up to a whole number.
-pub(super) fn cost(expr: &IdedExpr, inputs: &Inputs) -> u64 {
-    let (cost, _) = Model { inputs }.walk(expr, &mut Vec::new());
+/// The size of the entry `key` of a map known entry by entry: the larger of the entries named
+/// `key` and named what `key` unescapes to (a lookup finds one of them); none is there: the
+/// lookup fails, and its result is never used.
+fn entry(entries: &[(String, Size)], key: &str) -> Size {
+    let unescaped = unescape(key);
+    entries
+        .iter()
+        .filter(|(name, _)| name == key || unescaped.as_deref() == Some(name.as_str()))
+        .map(|(_, size)| size.clone())
+        .reduce(Size::max)
+        .unwrap_or(Size::Scalar)
+}
+
+/// The largest entry of a map known entry by entry: what a key known only at evaluation finds.
+fn largest(entries: &[(String, Size)]) -> Size {
+    entries
+        .iter()
+        .map(|(_, size)| size.clone())
+        .reduce(Size::max)
+        .unwrap_or(Size::Scalar)
+}
+
+/// The cost of `expr` for variables of the sizes `sizes` gives, rounded up to a whole number.
+pub fn cost(expr: &IdedExpr, sizes: &Sizes) -> u64 {
+    let (cost, _) = Model { sizes }.walk(expr, &mut Vec::new());
     if cost.is_nan() {
         // Not reachable by the arithmetic below (see `times`), and never a pass if it were.
         return u64::MAX;
@@ -272,14 +208,14 @@ pub(super) fn cost(expr: &IdedExpr, inputs: &Inputs) -> u64 {
 }
 
 /// `n` iterations costing `each`: none cost nothing, even when each would cost an infinity
-/// (deep nesting over the largest review overflows f64), so that no NaN arises.
+/// (deep nesting over the largest input overflows f64), so that no NaN arises.
 fn times(n: f64, each: f64) -> f64 {
     if n == 0.0 { 0.0 } else { n * each }
 }
 
 /// The cost model walking one expression.
-struct Model<'i> {
-    inputs: &'i Inputs,
+struct Model<'s> {
+    sizes: &'s Sizes,
 }
 
 impl Model<'_> {
@@ -292,8 +228,7 @@ impl Model<'_> {
             Expr::Ident(name) => {
                 let size = match scope.iter().rev().find(|(n, _)| n == name) {
                     Some((_, size)) => size.clone(),
-                    None if name == REQUEST => Size::Request,
-                    None => Size::Scalar,
+                    None => self.sizes.variable(name),
                 };
                 (1.0, size)
             }
@@ -304,7 +239,7 @@ impl Model<'_> {
                     // (`PresenceTestHasCost(false)`).
                     (cost, Size::Scalar)
                 } else {
-                    (cost + 1.0, self.inputs.field(&operand, &select.field))
+                    (cost + 1.0, self.sizes.field(&operand, &select.field))
                 }
             }
             Expr::List(list) => {
@@ -364,7 +299,7 @@ impl Model<'_> {
             Expr::Comprehension(c) => {
                 let (range_cost, range) = self.walk(&c.iter_range, scope);
                 let (init_cost, init) = self.walk(&c.accu_init, scope);
-                let count = self.inputs.len(&range);
+                let count = self.sizes.len(&range);
                 let (elem, total, value) = match &range {
                     Size::List { elem, total, .. } => ((**elem).clone(), *total, Size::Unknown),
                     Size::Map {
@@ -373,6 +308,11 @@ impl Model<'_> {
                         value,
                         ..
                     } => ((**key).clone(), *key_total, (**value).clone()),
+                    Size::Entries(entries) => {
+                        let keys = entries.iter().map(|(key, _)| Size::Str(key.len() as f64));
+                        let elem = keys.fold(largest(entries), Size::max);
+                        (elem, None, largest(entries))
+                    }
                     _ => (Size::Unknown, None, Size::Unknown),
                 };
                 // A list accumulator (`map()`, `filter()`) ends with at most one element per
@@ -454,7 +394,19 @@ impl Model<'_> {
                 let appends = call.func_name == operators::ADD
                     && matches!(call.args.as_slice(),
                         [lhs, rhs] if accumulator(lhs) && matches!(rhs.expr, Expr::List(_)));
-                let (own, size) = self.call(&call.func_name, target, &args, appends);
+                let (own, size) = match (call.func_name.as_str(), args.as_slice()) {
+                    // `m['key']` on a map known entry by entry: that entry, as `m.key`.
+                    (operators::INDEX, [Size::Entries(entries), _]) => {
+                        let size = match call.args.get(1).map(|key| &key.expr) {
+                            Some(Expr::Literal(LiteralValue::String(key))) => {
+                                entry(entries, key.inner())
+                            }
+                            _ => largest(entries),
+                        };
+                        (1.0, size)
+                    }
+                    (function, _) => self.call(function, target, &args, appends),
+                };
                 (cost + own, size)
             }
         }
@@ -485,7 +437,7 @@ impl Model<'_> {
         args: &[Size],
         appends: bool,
     ) -> (f64, Size) {
-        let len = |size: &Size| self.inputs.len(size);
+        let len = |size: &Size| self.sizes.len(size);
         let (receiver, rest) = match target {
             Some(target) => (target, args),
             None => match args.split_first() {
@@ -587,7 +539,7 @@ impl Model<'_> {
                         total: Some(total), ..
                     } => *total,
                     Size::List { elem, .. } => count * len(elem),
-                    _ => self.inputs.ceiling,
+                    _ => self.sizes.ceiling,
                 };
                 let out = bytes + count * len(&arg(0));
                 (traverse(out), Size::Str(out))
