@@ -8,14 +8,21 @@
 //! kube-apiserver's TokenReview returns, and answer 401 exactly where kube-apiserver refuses; the
 //! table of both answers is printed (`cargo test -- --nocapture` shows it).
 //!
-//! A token whose `iss` names a configured issuer is decided on the node: while the proxy answers
-//! them, neither its own count of TokenReviews nor the API server's moves. A token of an issuer
-//! the file does not name still goes to TokenReview, by design.
+//! A token whose `iss` names a configured issuer is decided on the node: from the proxy's start to
+//! its last answer to them, neither its own count of TokenReviews nor the API server's moves. A
+//! token no authenticator of the file claims (another issuer, an `iss` one slash off, parts
+//! kube-apiserver cannot decode) still goes to TokenReview, by design, once each.
 //!
 //! Skipped (saying so) unless `.ci/run` named the start script (see `support::real_apiserver`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use http::StatusCode;
 
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::{Api, PostParams};
@@ -23,16 +30,20 @@ use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use serde_json::{Value, json};
 
-use crate::support::TempDir;
+use crate::audit_bounds::events;
 use crate::support::apiserver::UNKNOWN_TOKEN_ERROR;
 use crate::support::client::{Client, Identity};
-use crate::support::eventually_within;
+use crate::support::harness::{Harness, ProxySpec};
 use crate::support::issuer::{
-    DISCOVERY_SUFFIX, Key, StandInIssuer, sign_hs256, unsigned, with_wrong_signature,
+    DISCOVERY_SUFFIX, Key, StandInIssuer, sign_hs256, unsigned, with_padding, with_unused_bits,
+    with_wrong_signature,
 };
-use crate::support::real_apiserver::{DedicatedApiServer, start_script};
+use crate::support::real_apiserver::{DedicatedApiServer, apiserver_metric, start_script};
+use crate::support::{TempDir, eventually, eventually_within};
 
 const SCENARIO: &str = "authentication config";
+/// The proxy's own count of calls to the API server, by kind.
+const CALLS: &str = "kubelet_auth_proxy_apiserver_calls_total";
 
 /// The issuers the stand-in serves; the first three are in the file, `d` is not.
 const ISSUERS: &[&str] = &["a", "b", "c", "d"];
@@ -286,7 +297,9 @@ pub enum Probe {
 pub struct Case {
     pub name: &'static str,
     pub probe: Probe,
-    /// Whether its `iss` names an issuer of the file (then no TokenReview may be sent for it).
+    /// Whether an authenticator of the file claims it (its `iss`, once decoded, is one of the
+    /// file's issuers): then no TokenReview may be sent for it. Anonymous requests send none
+    /// either.
     pub configured: bool,
 }
 
@@ -319,18 +332,34 @@ pub fn cases() -> Vec<Case> {
         token("a: groups a string", |m| m.a(json!({"groups": "dev"}))),
         token("a: groups empty", |m| m.a(json!({"groups": []}))),
         token("a: groups missing", |m| m.a(json!({"groups": null}))),
+        token("a: groups with a duplicate", |m| {
+            m.a(json!({"groups": ["dev", "dev"]}))
+        }),
         token("a: groups a number", |m| m.a(json!({"groups": 5}))),
         token("a: groups mixed", |m| m.a(json!({"groups": ["x", 5]}))),
         token("a: no jti", |m| m.a(json!({"jti": null}))),
         token("a: jti a number", |m| m.a(json!({"jti": 7}))),
+        token("a: jti empty", |m| m.a(json!({"jti": ""}))),
         token("a: sub missing", |m| m.a(json!({"sub": null}))),
         token("a: sub a number", |m| m.a(json!({"sub": 42}))),
+        token("a: sub empty", |m| m.a(json!({"sub": ""}))),
+        token("a: sub twice, alice last", |m| {
+            let claims = m.a_claims(json!({"sub": null})).to_string();
+            let claims = format!(
+                r#"{{"sub":"mallory",{},"sub":"alice"}}"#,
+                &claims[1..claims.len() - 1]
+            );
+            m.keys
+                .a_rsa
+                .sign_text(&m.keys.a_rsa.header().to_string(), &claims)
+        }),
         token("a: sid (uid claim) missing", |m| m.a(json!({"sid": null}))),
         token("a: tenant wrong (requiredValue)", |m| {
             m.a(json!({"tenant": "other"}))
         }),
         token("a: tenant missing", |m| m.a(json!({"tenant": null}))),
         token("a: tenant a number (extra)", |m| m.a(json!({"tenant": 5}))),
+        token("a: tenant an array", |m| m.a(json!({"tenant": ["kap"]}))),
         token("a: aud array with kap-a", |m| {
             m.a(json!({"aud": ["kap-a"]}))
         }),
@@ -371,6 +400,23 @@ pub fn cases() -> Vec<Case> {
         token("a: wrong signature", |m| {
             with_wrong_signature(&m.a(json!({})))
         }),
+        token("a: signature spelled with unused bits set", |m| {
+            with_unused_bits(&m.a(json!({})))
+        }),
+        token("a: alg rs256 (lowercase)", |m| {
+            let header = json!({"alg": "rs256", "kid": "a-rsa"});
+            let token = m.keys.a_rsa.token(&m.a_claims(json!({})));
+            let (_, rest) = token.split_once('.').unwrap();
+            format!("{}.{rest}", URL_SAFE_NO_PAD.encode(header.to_string()))
+        }),
+        token("a: crit header", |m| {
+            let header = json!({"alg": "RS256", "kid": "a-rsa", "crit": ["exp"], "exp": 1});
+            m.keys.a_rsa.sign(&header, &m.a_claims(json!({})))
+        }),
+        token("a: an embedded jwk of the signing key", |m| {
+            let header = json!({"alg": "ES256", "kid": "stranger", "jwk": m.keys.stranger.jwk()});
+            m.keys.stranger.sign(&header, &m.a_claims(json!({})))
+        }),
         token("a: HS256", |m| {
             let header = json!({"alg": "HS256", "kid": "a-rsa"});
             sign_hs256(&header, &m.a_claims(json!({})), b"not a secret")
@@ -397,6 +443,7 @@ pub fn cases() -> Vec<Case> {
             m.b(json!({"email_verified": "true"}))
         }),
         token("b: email missing", |m| m.b(json!({"email": null}))),
+        token("b: email empty", |m| m.b(json!({"email": ""}))),
         token("b: roles a string", |m| m.b(json!({"roles": "viewer"}))),
         token("b: aud kap-b2 (MatchAny)", |m| {
             m.b(json!({"aud": ["kap-b2"]}))
@@ -419,6 +466,17 @@ pub fn cases() -> Vec<Case> {
         token("c: profile missing (rule)", |m| {
             m.c(json!({"profile": null}))
         }),
+        token("c: profile null", |m| {
+            let claims = m.c_claims(json!({"profile": null})).to_string();
+            let claims = format!(r#"{{"profile":null,{}"#, &claims[1..]);
+            m.keys.c.sign_text(&m.keys.c.header().to_string(), &claims)
+        }),
+        token("c: teams with an empty string", |m| {
+            m.c(json!({"profile": {"handle": "carol", "teams": ["", "red"]}}))
+        }),
+        token("c: level a boolean", |m| {
+            m.c(json!({"profile": {"handle": "carol", "level": true}}))
+        }),
         token("c: handle missing (CEL error)", |m| {
             m.c(json!({"profile": {"teams": ["red"]}}))
         }),
@@ -437,6 +495,11 @@ pub fn cases() -> Vec<Case> {
     cases.push(Case {
         name: "d: issuer not in the file",
         probe: Probe::Token(|m| m.d()),
+        configured: false,
+    });
+    cases.push(Case {
+        name: "a's token, its parts padded with =",
+        probe: Probe::Token(|m| with_padding(&m.a(json!({})))),
         configured: false,
     });
     cases.push(Case {
@@ -613,6 +676,56 @@ fn table(cases: &[Case], kube: &[Answer], proxy: &[Option<Answer>]) -> String {
     out
 }
 
+/// The proxy's answer to `case`: the user its audit event names when it served the request, or
+/// the refusal's status.
+async fn ask_proxy(proxy: &Harness, audit: &Path, case: &Case, mint: &Mint<'_>) -> Answer {
+    let reply = match &case.probe {
+        Probe::Token(make) => proxy.bearer_get("/pods", &make(mint)).await,
+        Probe::Anonymous(path) => {
+            return Answer::Status(proxy.anonymous().get(path).await.status.as_u16());
+        }
+    };
+    match reply.status {
+        StatusCode::UNAUTHORIZED => Answer::Refused(reply.status.to_string()),
+        StatusCode::OK => {
+            let id = reply
+                .header("audit-id")
+                .unwrap_or_else(|| panic!("{}: no Audit-Id", case.name))
+                .to_owned();
+            let event = eventually(&format!("{}: the audit event {id}", case.name), || {
+                let id = id.clone();
+                async move {
+                    events(audit)
+                        .into_iter()
+                        .find(|e| e["auditID"] == id.as_str() && e["stage"] == "ResponseComplete")
+                }
+            })
+            .await;
+            Answer::User(Seen::from_json(&event["user"]))
+        }
+        other => panic!(
+            "{}: the proxy answered {other}: {}",
+            case.name,
+            reply.text()
+        ),
+    }
+}
+
+/// TokenReviews as the API server counts them (every caller's).
+async fn apiserver_token_reviews(admin: &kube::Client) -> f64 {
+    apiserver_metric(
+        admin,
+        "apiserver_request_total",
+        &[("resource", "tokenreviews")],
+    )
+    .await
+}
+
+/// TokenReviews the proxy sent.
+async fn proxy_token_reviews(proxy: &Harness) -> f64 {
+    proxy.metric(CALLS, &[("kind", "TokenReview")]).await
+}
+
 #[tokio::test]
 async fn configured_issuers_and_anonymous_paths_are_decided_as_kube_apiserver_decides_them() {
     let Some(script) = start_script(SCENARIO) else {
@@ -629,12 +742,12 @@ async fn configured_issuers_and_anonymous_paths_are_decided_as_kube_apiserver_de
     .await;
     eprintln!("{SCENARIO}: against the real API server at {}", api.api.url);
     let admin = api.api.admin().await;
-
-    // The authenticators fetch their discovery documents in the background: until then every
-    // token of theirs is refused.
     let cases = cases();
+
+    // kube-apiserver's answers. Its authenticators fetch their discovery documents in the
+    // background: until then every token of theirs is refused.
     eventually_within(
-        std::time::Duration::from_secs(60),
+        Duration::from_secs(60),
         "kube-apiserver to authenticate each issuer's everyday token",
         || async {
             let mint = Mint::new(&issuer, &keys);
@@ -647,16 +760,10 @@ async fn configured_issuers_and_anonymous_paths_are_decided_as_kube_apiserver_de
         },
     )
     .await;
-
     let kube = ask_kube_apiserver(&api, &admin, &cases, &issuer, &keys).await;
-    let proxy: Vec<Option<Answer>> = vec![None; cases.len()];
-    println!(
-        "{SCENARIO}: the same file, case by case\n{}",
-        table(&cases, &kube, &proxy)
-    );
     assert!(
-        kube.iter().any(|a| !a.authenticated()),
-        "kube-apiserver refused nothing: the cases prove nothing"
+        kube.iter().any(Answer::authenticated) && kube.iter().any(|a| !a.authenticated()),
+        "kube-apiserver authenticated all or nothing: the cases prove nothing"
     );
     // Which tokens an authenticator of the file claims, as kube-apiserver tells: the refusal of
     // one no authenticator claimed is the bearer-token authenticators' alone.
@@ -670,7 +777,131 @@ async fn configured_issuers_and_anonymous_paths_are_decided_as_kube_apiserver_de
             );
         }
     }
+
+    // The proxy's, with the same file, TokenReviews going to the same API server. From here on
+    // the test sends no TokenReview itself: whatever the API server counts is the proxy's, from
+    // its start (while its authenticators fetch their keys too).
+    let apiserver_before = apiserver_token_reviews(&admin).await;
+    let audit = TempDir::new("authn-config-audit");
+    let proxy = ProxySpec::always_allow(&[
+        &format!("--authentication-config={}", config.display()),
+        "--authentication-token-webhook",
+        &format!(
+            "--audit-log-path={}",
+            audit.path().join("audit.log").display()
+        ),
+    ])
+    .kubeconfig(&api.api.proxy_kubeconfig)
+    .start()
+    .await;
+    let proxy_before = proxy_token_reviews(&proxy).await;
+    eventually_within(
+        Duration::from_secs(60),
+        "the proxy to authenticate each issuer's everyday token",
+        || async {
+            let mint = Mint::new(&issuer, &keys);
+            for token in [mint.a(json!({})), mint.b(json!({})), mint.c(json!({}))] {
+                if proxy.bearer_get("/pods", &token).await.status != StatusCode::OK {
+                    return None;
+                }
+            }
+            Some(())
+        },
+    )
+    .await;
+    let reviewed = (apiserver_before, proxy_before);
+    let mut answers: Vec<Option<Answer>> = Vec::new();
+    for case in cases.iter().filter(|case| case.configured) {
+        let answer = ask_proxy(&proxy, audit.path(), case, &Mint::new(&issuer, &keys)).await;
+        answers.push(Some(answer));
+    }
+    let configured_reviews = (
+        apiserver_token_reviews(&admin).await,
+        proxy_token_reviews(&proxy).await,
+    );
+    // The tokens no authenticator of the file claims, each reviewed once.
+    let unconfigured = cases.iter().filter(|case| !case.configured).count();
+    for case in cases.iter().filter(|case| !case.configured) {
+        let answer = ask_proxy(&proxy, audit.path(), case, &Mint::new(&issuer, &keys)).await;
+        answers.push(Some(answer));
+    }
+    let all_reviews = eventually(
+        "the API server to count the proxy's TokenReviews",
+        || async {
+            let counted = apiserver_token_reviews(&admin).await;
+            (counted >= reviewed.0 + unconfigured as f64).then_some(counted)
+        },
+    )
+    .await;
+    let proxy_reviews = proxy_token_reviews(&proxy).await;
+    // Back in the cases' order.
+    let mut by_name: BTreeMap<&str, Option<Answer>> = cases
+        .iter()
+        .filter(|case| case.configured)
+        .chain(cases.iter().filter(|case| !case.configured))
+        .map(|case| case.name)
+        .zip(answers)
+        .collect();
+    let proxy_answers: Vec<Option<Answer>> = cases
+        .iter()
+        .map(|case| by_name.remove(case.name).flatten())
+        .collect();
+
+    println!(
+        "{SCENARIO}: the same file, case by case\n{}",
+        table(&cases, &kube, &proxy_answers)
+    );
+    let configured_tokens = cases
+        .iter()
+        .filter(|case| case.configured && matches!(case.probe, Probe::Token(_)))
+        .count();
+    println!(
+        "{SCENARIO}: TokenReviews from the proxy's start to its last answer to the \
+         {configured_tokens} tokens of configured issuers (and {} anonymous requests): \
+         kube-apiserver counted {}, the proxy sent {}; then for the {unconfigured} tokens no \
+         configured issuer claims: kube-apiserver counted {}, the proxy sent {}",
+        cases.iter().filter(|case| case.configured).count() - configured_tokens,
+        configured_reviews.0 - reviewed.0,
+        configured_reviews.1 - reviewed.1,
+        all_reviews - configured_reviews.0,
+        proxy_reviews - configured_reviews.1,
+    );
+    let differences: Vec<String> = cases
+        .iter()
+        .zip(&kube)
+        .zip(&proxy_answers)
+        .filter_map(|((case, kube), proxy)| {
+            let proxy = proxy.as_ref().unwrap();
+            let same = match (kube, proxy) {
+                (Answer::User(k), Answer::User(p)) => k == p,
+                _ => kube.authenticated() == proxy.authenticated(),
+            };
+            (!same).then(|| format!("{}: kube-apiserver {kube}, proxy {proxy}", case.name))
+        })
+        .collect();
+    assert!(
+        differences.is_empty(),
+        "the proxy differs from kube-apiserver:\n{}",
+        differences.join("\n")
+    );
+    assert_eq!(
+        (
+            configured_reviews.0 - reviewed.0,
+            configured_reviews.1 - reviewed.1
+        ),
+        (0.0, 0.0),
+        "TokenReviews (counted by kube-apiserver, sent by the proxy) for tokens of configured issuers"
+    );
+    assert_eq!(
+        (
+            all_reviews - configured_reviews.0,
+            proxy_reviews - configured_reviews.1
+        ),
+        (unconfigured as f64, unconfigured as f64),
+        "TokenReviews (counted by kube-apiserver, sent by the proxy) for tokens of no configured issuer"
+    );
     assert_discovered_as_configured(&issuer);
+    proxy.shutdown().await;
 }
 
 /// Each configured issuer's discovery document and keys were fetched from the stand-in, `b`'s

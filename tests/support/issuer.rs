@@ -158,9 +158,21 @@ impl Key {
     /// P-384; anything else is a scenario's mistake and panics). The header is taken as written: its `kid` may name
     /// another key, or be absent.
     pub fn sign(&self, header: &Value, claims: &Value) -> String {
-        let input = signing_input(header, claims);
+        self.sign_text(&header.to_string(), &claims.to_string())
+    }
+
+    /// [`Key::sign`] of a header and claims written as JSON text, byte for byte: for JSON a
+    /// `Value` cannot hold (a member twice, odd spacing). The algorithm is the header's `alg`.
+    pub fn sign_text(&self, header: &str, claims: &str) -> String {
+        let alg: Value =
+            serde_json::from_str::<Value>(header).expect("a JSON header")["alg"].clone();
+        let alg = alg.as_str().unwrap_or_default();
+        let input = format!(
+            "{}.{}",
+            URL_SAFE_NO_PAD.encode(header),
+            URL_SAFE_NO_PAD.encode(claims)
+        );
         let rng = SystemRandom::new();
-        let alg = header["alg"].as_str().unwrap_or_default();
         let signature = match (&*self.material, alg) {
             (Material::Rsa(pair), "RS256" | "RS384" | "RS512" | "PS256" | "PS384" | "PS512") => {
                 let padding: &'static dyn ring::signature::RsaEncoding = match alg {
@@ -215,6 +227,36 @@ pub fn with_wrong_signature(token: &str) -> String {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x5a;
     format!("{input}.{}", URL_SAFE_NO_PAD.encode(bytes))
+}
+
+/// `token` with the unused low bits of its signature's last base64url character set: the same
+/// bytes for a decoder that ignores those bits, as Go's `base64.RawURLEncoding` (which
+/// kube-apiserver decodes tokens with) does.
+pub fn with_unused_bits(token: &str) -> String {
+    let (head, signature) = token.rsplit_once('.').expect("a compact JWS");
+    let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let unused = match signature.len() % 4 {
+        2 => 0b1111,
+        3 => 0b11,
+        _ => panic!("a signature without unused bits"),
+    };
+    let mut signature = signature.to_owned();
+    let last = signature.pop().unwrap();
+    let value = alphabet.find(last).unwrap();
+    signature.push(alphabet.as_bytes()[value | unused] as char);
+    format!("{head}.{signature}")
+}
+
+/// `token` with each part padded with `=` to a multiple of four characters (panics when none
+/// needs it): base64url that a decoder of unpadded parts refuses.
+pub fn with_padding(token: &str) -> String {
+    let padded: Vec<String> = token
+        .split('.')
+        .map(|part| format!("{part}{}", "=".repeat((4 - part.len() % 4) % 4)))
+        .collect();
+    let padded = padded.join(".");
+    assert_ne!(padded, token, "no part of the token needs padding");
+    padded
 }
 
 /// `claims` under `header` (whose `alg` should say HS256) with an HMAC-SHA256 over `secret`: a
