@@ -30,6 +30,7 @@ mod handing_over;
 mod hostile;
 mod hygiene;
 pub mod joining;
+mod jwt_authenticators;
 mod live_rbac;
 mod manifests;
 mod match_conditions;

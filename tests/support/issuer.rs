@@ -369,6 +369,16 @@ impl StandInIssuer {
         keys.push(key.clone());
     }
 
+    /// Withdraws the key `kid` from the key set of `name`.
+    pub fn withdraw(&self, name: &str, kid: &str) {
+        let mut state = self.lock();
+        let keys = state
+            .issuers
+            .get_mut(name)
+            .unwrap_or_else(|| panic!("no issuer {name:?}"));
+        keys.retain(|k| k.kid != kid);
+    }
+
     /// Requests received for `path` (without its query), whatever was answered.
     pub fn requests(&self, path: &str) -> usize {
         self.lock().requests.get(path).copied().unwrap_or(0)
