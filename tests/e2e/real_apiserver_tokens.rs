@@ -21,6 +21,7 @@ use kubelet_auth_proxy::authn::failure_budget::OVERALL_LIMITS;
 
 use crate::support::client::bearer;
 use crate::support::harness::{Harness, ProxySpec};
+use crate::support::issuer::with_unused_bits;
 use crate::support::real_apiserver::{
     OWNER_LABEL, RealApiServer, cluster_role_binding, meta, user_subject,
 };
@@ -84,22 +85,6 @@ async fn authenticated(admin: &kube::Client, token: &str) -> bool {
 /// The TokenReviews the proxy sent so far.
 async fn reviews(proxy: &Harness) -> f64 {
     proxy.metric(CALLS, &[("kind", "TokenReview")]).await
-}
-
-/// `token`'s signature spelled with the unused low bits of its last character set.
-fn with_unused_bits(token: &str) -> String {
-    let (head, signature) = token.rsplit_once('.').unwrap();
-    let alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    let unused = match signature.len() % 4 {
-        2 => 0b1111,
-        3 => 0b11,
-        _ => panic!("a signature without unused bits"),
-    };
-    let mut signature = signature.to_owned();
-    let last = signature.pop().unwrap();
-    let value = alphabet.find(last).unwrap();
-    signature.push(alphabet.as_bytes()[value | unused] as char);
-    format!("{head}.{signature}")
 }
 
 #[tokio::test]

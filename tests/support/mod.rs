@@ -7,12 +7,15 @@
 //! Kubernetes-style volumes ([`volume`]) and `/metrics` parsing ([`metrics`]). For the failing
 //! neighbours: the binary in front of a kubelet that restarts on its port ([`standalone`],
 //! [`relay`]), what a process holds ([`procfs`]) and traffic that tallies answers ([`traffic`]).
-//! A real kube-apiserver, when the environment names one ([`real_apiserver`]).
+//! A real kube-apiserver, when the environment names one, or one started for a scenario with its
+//! own flags ([`real_apiserver`]); a stand-in OpenID Connect provider that mints the JWTs its
+//! `--authentication-config` authenticators verify ([`issuer`]).
 
 pub mod answers;
 pub mod apiserver;
 pub mod client;
 pub mod harness;
+pub mod issuer;
 pub mod load;
 pub mod metrics;
 pub mod pki;

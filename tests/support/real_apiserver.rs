@@ -4,17 +4,25 @@
 //! `KAP_REAL_APISERVER_REQUIRED=1` asks for them: then a missing variable fails the scenario, so a
 //! CI run that meant to meet the real API server cannot pass without it.
 //!
+//! A scenario that needs the API server started with flags of its own (an
+//! `--authentication-config`) starts a [`DedicatedApiServer`] with the script `.ci/run` names in
+//! `KAP_K8S_START_APISERVER`, under the same rule: skipped without it, failed without it when
+//! required.
+//!
 //! Also the RBAC objects those scenarios and `examples/rbac_live.rs` create, built with
 //! k8s-openapi's types and sent with kube's API through the admin kubeconfig (`system:masters`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use k8s_openapi::api::rbac::v1::{
     AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::TempDir;
 
 /// `https://127.0.0.1:PORT`: the API server's URL.
 pub const URL: &str = "KAP_REAL_APISERVER_URL";
@@ -23,6 +31,10 @@ pub const KUBECONFIG_ADMIN: &str = "KAP_REAL_APISERVER_KUBECONFIG_ADMIN";
 /// The kubeconfig of the user `kubelet-auth-proxy` (list and watch of the four RBAC kinds,
 /// `system:auth-delegator`): the proxy's `--kubeconfig`.
 pub const KUBECONFIG_PROXY: &str = "KAP_REAL_APISERVER_KUBECONFIG_PROXY";
+/// The absolute path of a `start-apiserver.sh` (`DIR` starts etcd and kube-apiserver under DIR and
+/// prints `KEY=VALUE` lines; `DIR stop` stops them): how a scenario starts an API server of its
+/// own, with `KUBE_APISERVER_EXTRA_ARGS`.
+pub const START_SCRIPT: &str = "KAP_K8S_START_APISERVER";
 /// `1`: the variables above must be set; a scenario fails rather than skips without them.
 pub const REQUIRED: &str = "KAP_REAL_APISERVER_REQUIRED";
 
@@ -71,6 +83,127 @@ impl RealApiServer {
     /// A kube client of the admin kubeconfig.
     pub async fn admin(&self) -> kube::Client {
         client_of(&self.admin_kubeconfig).await
+    }
+}
+
+/// The start script named by [`START_SCRIPT`]; `None` (after saying that `scenario` is skipped)
+/// when it is unset and no API server is required. Panics when one is required but it is unset.
+pub fn start_script(scenario: &str) -> Option<PathBuf> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let required = var(REQUIRED).is_some_and(|v| v != "0");
+    match var(START_SCRIPT) {
+        Some(script) => Some(PathBuf::from(script)),
+        None if required => panic!(
+            "{REQUIRED}=1 but {START_SCRIPT} is not set: .ci/run should name the \
+             start-apiserver.sh it found"
+        ),
+        None => {
+            eprintln!(
+                "skipped {scenario}: no way to start a real API server ({START_SCRIPT} unset; \
+                 .ci/run sets it)"
+            );
+            None
+        }
+    }
+}
+
+/// A kube-apiserver (and its etcd) started for one scenario with flags of its own, in a
+/// directory of its own; stopped (`start-apiserver.sh DIR stop`) when dropped, a panic's unwinding
+/// included, and only then its directory removed.
+pub struct DedicatedApiServer {
+    /// Where to reach it, as [`RealApiServer::from_env`] would have said.
+    pub api: RealApiServer,
+    /// The CA of its serving certificate (and of its client certificates), PEM.
+    pub ca_file: PathBuf,
+    _started: Started,
+}
+
+/// The script and the directory it started processes under: stops them when dropped, then the
+/// directory goes.
+struct Started {
+    script: PathBuf,
+    dir: TempDir,
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        stop(&self.script, self.dir.path());
+    }
+}
+
+impl DedicatedApiServer {
+    /// Runs `script DIR` in a fresh directory with `KUBE_APISERVER_EXTRA_ARGS` set to
+    /// `extra_args` joined by spaces (the script splits them on spaces), and waits for it (it
+    /// returns once the API server is ready). Panics, showing the script's output, when it fails
+    /// (after stopping whatever it started).
+    pub async fn start(script: &Path, extra_args: &[String]) -> DedicatedApiServer {
+        let started = Started {
+            script: script.to_owned(),
+            dir: TempDir::new("kube-apiserver"),
+        };
+        let mut command = Command::new(script);
+        command
+            .arg(started.dir.path())
+            .env("KUBE_APISERVER_EXTRA_ARGS", extra_args.join(" "));
+        let output = tokio::task::spawn_blocking(move || command.output())
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("running {}: {e}", script.display()));
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{} {} failed ({}):\n{stdout}\n{}",
+            script.display(),
+            started.dir.path().display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let printed: BTreeMap<String, String> = stdout
+            .lines()
+            .filter_map(|line| line.split_once('='))
+            .map(|(key, value)| (key.to_owned(), value.to_owned()))
+            .collect();
+        let take = |key: &str| {
+            printed
+                .get(key)
+                .unwrap_or_else(|| panic!("{} printed no {key}:\n{stdout}", script.display()))
+                .clone()
+        };
+        let api = RealApiServer {
+            url: take("KUBE_APISERVER_URL"),
+            admin_kubeconfig: PathBuf::from(take("KUBECONFIG_ADMIN")),
+            proxy_kubeconfig: PathBuf::from(take("KUBECONFIG_PROXY")),
+        };
+        let ca_file = PathBuf::from(take("KUBE_APISERVER_CA"));
+        DedicatedApiServer {
+            api,
+            ca_file,
+            _started: started,
+        }
+    }
+
+    /// `IP:PORT` of its URL.
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.api
+            .url
+            .strip_prefix("https://")
+            .and_then(|authority| authority.parse().ok())
+            .unwrap_or_else(|| panic!("not https://IP:PORT: {}", self.api.url))
+    }
+}
+
+/// `script dir stop`, reporting (never panicking: it runs in drops) when it fails.
+fn stop(script: &Path, dir: &Path) {
+    match Command::new(script).arg(dir).arg("stop").output() {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => eprintln!(
+            "{} {} stop failed ({}): {}",
+            script.display(),
+            dir.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(e) => eprintln!("{} {} stop: {e}", script.display(), dir.display()),
     }
 }
 
