@@ -8,7 +8,7 @@
 //!
 //! Tokens are minted here too, from any header and claims: RS256/384/512 and PS256/384/512 with
 //! the one RSA key
-//! (`tests/data/issuer-rsa-key.pem`, a test fixture: ring signs RSA but cannot generate RSA
+//! (`tests/data/jwt-issuer-rsa-key.pem`, a test fixture: ring signs RSA but cannot generate RSA
 //! keys), ES256 and ES384 with EC keys generated for each test; and deliberately broken ones (a
 //! signature that does not verify, HS256, `alg: none`). The kid a header names is whatever the
 //! scenario writes into it, so an unknown kid is just another header.
@@ -49,7 +49,7 @@ use super::within;
 
 /// The RSA test key every RSA-signed token is signed with (PKCS#8 PEM, made once with
 /// `openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048`; a fixture, not a secret).
-pub const RSA_KEY_FILE: &str = "tests/data/issuer-rsa-key.pem";
+pub const RSA_KEY_FILE: &str = "tests/data/jwt-issuer-rsa-key.pem";
 /// The path of an issuer's discovery document below its URL.
 pub const DISCOVERY_SUFFIX: &str = "/.well-known/openid-configuration";
 /// The path of an issuer's key set below its URL.
