@@ -234,13 +234,31 @@ async fn check_issuers(config: &Validated, findings: &mut Findings) {
         match tokio::time::timeout(PROBE_TIMEOUT, keys.probe()).await {
             Ok(Ok(report)) => findings.working.push(format!("probe: {at}: {report}")),
             Ok(Err(e)) => findings.failing.push(format!(
-                "{at}: probe: {e}; until the keys can be fetched, its tokens are refused with 401"
+                "{at}: probe: {}; {}; until the keys can be fetched, its tokens are refused with 401",
+                with_causes(&e),
+                e.hint()
             )),
             Err(_) => findings.failing.push(format!(
                 "{at}: probe: the discovery document and keys did not come within {PROBE_TIMEOUT:?}"
             )),
         }
     }
+}
+
+/// An error and every cause under it, `: `-separated, each said once (a library's error often
+/// repeats its cause's text).
+fn with_causes(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// Where a client's credentials come from, as the operator gave them.

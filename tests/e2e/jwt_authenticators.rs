@@ -479,3 +479,106 @@ async fn the_file_is_reloaded_and_a_broken_one_keeps_the_last_good_in_force() {
     assert_eq!(s.reviews(), 0);
     s.proxy.shutdown().await;
 }
+
+/// `check-config --probe` fetches each issuer's discovery document and keys through the file's
+/// CA, as the proxy will, and names an issuer it cannot reach with the cause and a hint;
+/// `check-config` alone says what the file does, warns about an unprefixed user name claim, and
+/// fetches nothing.
+#[tokio::test]
+async fn check_config_probe_fetches_each_issuers_keys_and_names_the_ones_it_cannot() {
+    use crate::support::pki::{Authority, CertSpec};
+    use crate::support::process::{run, serving_flags};
+
+    let issuer = StandInIssuer::start(&["a", "b", "c", "d"]).await;
+    let _keys = Keys::publish(&issuer);
+    let kubelet = kubelet_auth_proxy::tools::demo::kubelet::StandInKubelet::start(None)
+        .await
+        .unwrap();
+    let dir = TempDir::new("jwt-authenticators-probe");
+    let [cert, key] = serving_flags(
+        &dir,
+        &Authority::root("probe serving CA").issue(&CertSpec::server()),
+    );
+    let check = |config: &std::path::Path, probe: bool| {
+        let mut args = vec!["check-config".to_owned()];
+        if probe {
+            args.push("--probe".to_owned());
+        }
+        args.extend([
+            format!("--upstream=http://{}", kubelet.addr().unwrap()),
+            cert.clone(),
+            key.clone(),
+            format!("--authentication-config={}", config.display()),
+            "--authorization-mode=AlwaysAllow".to_owned(),
+            "--node-name=node-a".to_owned(),
+        ]);
+        args
+    };
+    let good = dir.write("good.yaml", authentication_config(&issuer));
+    let fetches = issuer.jwks_fetches("a");
+    let done = run(&dir, "check", &check(&good, false)).await;
+    done.assert_code(0);
+    assert!(
+        done.stdout
+            .contains("--authentication-config: tokens of https://"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        !done.stderr.contains("warning: --authentication-config"),
+        "{}",
+        done.stderr
+    );
+    assert_eq!(
+        issuer.jwks_fetches("a"),
+        fetches,
+        "check-config alone fetches nothing"
+    );
+
+    // A user name claim other than email, with no prefix and no user rule: whoever sets `sub`
+    // at the issuer could be named system:node:…; said at start and by check-config.
+    let bare = authentication_config(&issuer).replacen(
+        "      claim: sub\n      prefix: \"a:\"\n",
+        "      claim: sub\n      prefix: \"\"\n",
+        1,
+    );
+    let bare = dir.write("bare.yaml", bare);
+    let done = run(&dir, "check-bare", &check(&bare, false)).await;
+    done.assert_code(0);
+    assert!(
+        done.stderr
+            .contains("warning: --authentication-config: jwt[0].claimMappings.username")
+            && done.stderr.contains("system:node:"),
+        "{}",
+        done.stderr
+    );
+
+    let done = run(&dir, "probe", &check(&good, true)).await;
+    done.assert_code(0);
+    assert!(
+        done.stdout.contains(&issuer.url("a")) && done.stdout.contains("verify tokens on the node"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        issuer.jwks_fetches("a") > fetches,
+        "the probe fetched the keys"
+    );
+
+    // The same issuers behind a CA the file does not name: each one's failure, with its cause
+    // and what to do.
+    let other = Authority::root("not the issuer's CA");
+    let indented = |pem: &str| -> String { pem.lines().map(|l| format!("      {l}\n")).collect() };
+    let wrong_ca = authentication_config(&issuer)
+        .replace(&indented(&issuer.ca_pem()), &indented(&other.pem()));
+    assert_ne!(wrong_ca, authentication_config(&issuer));
+    let wrong = dir.write("wrong-ca.yaml", wrong_ca);
+    let done = run(&dir, "probe-wrong-ca", &check(&wrong, true)).await;
+    done.assert_code(2);
+    assert!(
+        done.stderr.contains(&issuer.url("a"))
+            && done.stderr.contains("set issuer.certificateAuthority"),
+        "{}",
+        done.stderr
+    );
+}
