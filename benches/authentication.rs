@@ -35,6 +35,8 @@ use kubelet_auth_proxy::authn::structured::{
 };
 use kubelet_auth_proxy::authn::token::{TokenOutcome, TokenReviewAuthenticator};
 
+mod support;
+
 /// Short measurements keep the run to about a minute on a small shared machine.
 fn config() -> Criterion {
     Criterion::default()
@@ -243,48 +245,6 @@ async fn started(path: &std::path::Path, token: &str) -> Arc<StructuredAuthentic
     }
 }
 
-/// An API server that authenticates every TokenReview, over plain HTTP on loopback, counting them.
-async fn token_review_api_server(reviews: Arc<AtomicUsize>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let addr = listener.local_addr().expect("a bound address");
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let reviews = Arc::clone(&reviews);
-            let service = service_fn(move |_request| {
-                reviews.fetch_add(1, Ordering::Relaxed);
-                let body = r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{},"status":{"authenticated":true,"user":{"username":"dev@example.com","uid":"user-1","groups":["oidc:dev","oidc:oncall"]}}}"#;
-                async move {
-                    http::Response::builder()
-                        .status(201)
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from_static(body.as_bytes())))
-                }
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service),
-            );
-        }
-    });
-    addr
-}
-
-fn kubeconfig(dir: &std::path::Path, addr: SocketAddr) -> PathBuf {
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://{addr}'}}\n\
-             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
-             current-context: x\n"
-        ),
-    )
-    .expect("a kubeconfig");
-    path
-}
-
 fn bearer_tokens(c: &mut Criterion) {
     let runtime = Runtime::new().expect("a runtime");
     let dir = std::env::temp_dir().join(format!("kap-bench-authn-{}", std::process::id()));
@@ -299,11 +259,16 @@ fn bearer_tokens(c: &mut Criterion) {
     let mut group = c.benchmark_group("bearer_token");
     // Today's path for a token seen before: the TokenReview cache's answer.
     let reviews = Arc::new(AtomicUsize::new(0));
-    let addr = runtime.block_on(token_review_api_server(Arc::clone(&reviews)));
+    let addr = runtime.block_on(support::answering_api_server(
+        Arc::clone(&reviews),
+        r#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","spec":{},"status":{"authenticated":true,"user":{"username":"dev@example.com","uid":"user-1","groups":["oidc:dev","oidc:oncall"]}}}"#,
+    ));
     let reviewer = runtime.block_on(async {
-        let settings =
-            ApiServerSettings::read(Some(&kubeconfig(&dir, addr)), Duration::from_secs(5))
-                .expect("the kubeconfig loads");
+        let settings = ApiServerSettings::read(
+            Some(&support::kubeconfig(&dir, addr)),
+            Duration::from_secs(5),
+        )
+        .expect("the kubeconfig loads");
         let client = ApiServerClient::new(settings, 16, Arc::new(ApiServerMetrics::default()));
         let mut registry = prometheus_client::registry::Registry::default();
         TokenReviewAuthenticator::new(

@@ -6,18 +6,12 @@
 //! about a minute once built.
 
 use std::hint::black_box;
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use http::Method;
-use http_body_util::Full;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use tokio::runtime::Runtime;
 
 use kubelet_auth_proxy::apiserver::cache::{KeyHasher, ReviewCache, random_hmac_key};
@@ -38,6 +32,8 @@ use kubelet_auth_proxy::request::canonical_path::{PathCheck, check_path};
 use kubelet_auth_proxy::request::decision::{RequestDecision, Unobserved, authorize_request};
 use kubelet_auth_proxy::request::metrics::{RequestLabels, RequestMetrics};
 use kubelet_auth_proxy::request::outcome::Outcome;
+
+mod support;
 
 /// The node the proxy guards in every benchmark.
 const NODE: &str = "node-a";
@@ -355,52 +351,6 @@ fn review_cache(c: &mut Criterion) {
     group.finish();
 }
 
-/// An API server that allows every SubjectAccessReview, over plain HTTP on loopback, counting
-/// them: enough to fill a webhook authorizer's cache once.
-async fn allowing_api_server(reviews: Arc<AtomicUsize>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a loopback port");
-    let addr = listener.local_addr().expect("a bound address");
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let reviews = Arc::clone(&reviews);
-            let service = service_fn(move |_request| {
-                reviews.fetch_add(1, Ordering::Relaxed);
-                let body = r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{},"status":{"allowed":true,"reason":"bench"}}"#;
-                async move {
-                    http::Response::builder()
-                        .status(201)
-                        .header("content-type", "application/json")
-                        .body(Full::new(Bytes::from_static(body.as_bytes())))
-                }
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service),
-            );
-        }
-    });
-    addr
-}
-
-/// A kubeconfig for the API server at `addr`, in a directory of its own.
-fn kubeconfig(addr: SocketAddr) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kap-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let path = dir.join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://{addr}'}}\n\
-             users:\n- name: u\n  user: {{token: t}}\ncontexts:\n- name: x\n  context: {{cluster: c, user: u}}\n\
-             current-context: x\n"
-        ),
-    )
-    .expect("a kubeconfig");
-    path
-}
-
 /// A Webhook authorizer's answer from its cache, without and with two match conditions (the
 /// Kubernetes documentation's: not a node, and only `nodes/proxy`), both true, so the cache is
 /// still asked: what evaluating the conditions adds to a cached review.
@@ -410,7 +360,14 @@ fn webhook_cache_hit(c: &mut Criterion) {
         .build()
         .expect("a current-thread runtime");
     let reviews = Arc::new(AtomicUsize::new(0));
-    let path = kubeconfig(runtime.block_on(allowing_api_server(Arc::clone(&reviews))));
+    let dir = std::env::temp_dir().join(format!("kap-bench-{}", std::process::id()));
+    let path = support::kubeconfig(
+        &dir,
+        runtime.block_on(support::answering_api_server(
+            Arc::clone(&reviews),
+            r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview","spec":{},"status":{"allowed":true,"reason":"bench"}}"#,
+        )),
+    );
     let user = service_account_user();
     let attrs = attributes(
         &user,
