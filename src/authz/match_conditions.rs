@@ -38,14 +38,14 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use cel::common::types::{CelList, CelMap, CelMapKey, CelString};
+use cel::common::types::{CelMap, CelMapKey, CelString};
 use cel::common::value::Val;
 use cel::{Context, ExecutionError, Program, Value};
 use k8s_openapi::api::authorization::v1::SubjectAccessReviewSpec;
 
 use crate::base::cel::{
     self as base_cel, Compiled, ENV, Object, PER_CALL_LIMIT, STATIC_ESTIMATED_COST_LIMIT, Sizes,
-    Type, Variable, cost, cost_exceeded, quoted,
+    Type, Variable, cost, cost_exceeded, quoted, string_list,
 };
 
 /// kube-apiserver's bound on a webhook's conditions.
@@ -447,13 +447,6 @@ pub fn request_value(spec: &SubjectAccessReviewSpec) -> CelMap<'_> {
     fn string(value: &Option<String>) -> Box<dyn Val + '_> {
         Box::new(CelString::from(value.as_deref().unwrap_or_default()))
     }
-    fn strings(values: &[String]) -> Box<dyn Val + '_> {
-        let list: Vec<Box<dyn Val + '_>> = values
-            .iter()
-            .map(|v| Box::new(CelString::from(v.as_str())) as Box<dyn Val + '_>)
-            .collect();
-        Box::new(CelList::from(list))
-    }
     fn map<'v>(entries: impl IntoIterator<Item = (&'v str, Box<dyn Val + 'v>)>) -> CelMap<'v> {
         let entries: HashMap<CelMapKey<'v>, Box<dyn Val + 'v>> = entries
             .into_iter()
@@ -463,14 +456,14 @@ pub fn request_value(spec: &SubjectAccessReviewSpec) -> CelMap<'_> {
     }
     let extra = spec.extra.iter().flatten().map(|(key, values)| {
         let values: &[String] = values;
-        (key.as_str(), strings(values))
+        (key.as_str(), string_list(values))
     });
     let mut request: Vec<(&str, Box<dyn Val + '_>)> = vec![
         ("user", string(&spec.user)),
         ("uid", string(&spec.uid)),
         (
             "groups",
-            strings(spec.groups.as_deref().unwrap_or_default()),
+            string_list(spec.groups.as_deref().unwrap_or_default()),
         ),
         ("extra", Box::new(map(extra))),
     ];

@@ -26,6 +26,8 @@ mod escaping;
 use std::sync::{Arc, LazyLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, MapExpr, StructExpr};
+use cel::common::types::{CelList, CelString};
+use cel::common::value::Val;
 use cel::{Env, ParseErrors, Program};
 
 pub use check::{Object, Type, Variable};
@@ -142,6 +144,16 @@ fn declared(variables: &[Variable]) -> String {
             format!("the variables are {}", names.join(", "))
         }
     }
+}
+
+/// A list of strings as a CEL value, borrowing them: a user's groups and extra values, for the
+/// variables that carry one (`request` of a match condition, `user` of an authentication rule).
+pub fn string_list(values: &[String]) -> Box<dyn Val + '_> {
+    let list: Vec<Box<dyn Val + '_>> = values
+        .iter()
+        .map(|v| Box::new(CelString::from(v.as_str())) as Box<dyn Val + '_>)
+        .collect();
+    Box::new(CelList::from(list))
 }
 
 /// An expression as an error quotes it: whole up to 200 code points; longer, its start and its

@@ -30,7 +30,7 @@ use cel::common::value::{CowVal, Val};
 use serde_json::{Map, Value};
 
 use crate::authn::User;
-use crate::base::cel::unescape;
+use crate::base::cel::{string_list, unescape};
 
 /// The CEL type of a top-level variable.
 pub(super) trait Named: Debug + Send + Sync + 'static {
@@ -340,22 +340,15 @@ fn json(value: &Value) -> Box<dyn Val + '_> {
 
 /// `user`: its four fields always there, empty when the user has none.
 pub(super) fn user(user: &User) -> Fields<'_, UserInfo> {
-    fn strings(values: &[String]) -> Box<dyn Val + '_> {
-        let list: Vec<Box<dyn Val + '_>> = values
-            .iter()
-            .map(|v| Box::new(CelString::from(v.as_str())) as Box<dyn Val + '_>)
-            .collect();
-        Box::new(CelList::from(list))
-    }
     let extra: HashMap<CelMapKey<'_>, Box<dyn Val + '_>> = user
         .extra
         .iter()
-        .map(|(key, values)| (CelMapKey::from(key.as_str()), strings(values)))
+        .map(|(key, values)| (CelMapKey::from(key.as_str()), string_list(values)))
         .collect();
     let fields: [(&str, Box<dyn Val + '_>); 4] = [
         ("username", Box::new(CelString::from(user.name.as_str()))),
         ("uid", Box::new(CelString::from(user.uid.as_str()))),
-        ("groups", strings(&user.groups)),
+        ("groups", string_list(&user.groups)),
         ("extra", Box::new(EscapedMap(CelMap::from(extra)))),
     ];
     Fields::new(fields.into_iter().collect())
