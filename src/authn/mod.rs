@@ -162,7 +162,7 @@ impl Authenticator {
         NoAuthenticationMethod::check(
             x509.is_some(),
             tokens.is_some() || structured.is_some(),
-            anonymous || structured.is_some(),
+            anonymous,
         )?;
         Ok(Authenticator {
             x509,

@@ -143,7 +143,7 @@ impl Settings {
                 NoAuthenticationMethod::check(
                     client_ca.is_some(),
                     token_review.is_some() || structured.is_some(),
-                    flags.anonymous_auth || structured.is_some(),
+                    flags.anonymous_auth,
                 )
                 .map_err(|e| flag_cause("--client-ca-file", e)),
             );

@@ -103,6 +103,7 @@ pub struct StructuredSettings {
 impl StructuredSettings {
     /// Loads the file at `path`, validated with `context` now and at every reload.
     pub fn load(path: PathBuf, context: Context) -> Result<StructuredSettings, ReloadError> {
+        // The one path given here is the one the reloads are handed.
         let file = Reloadable::load(TARGET, vec![path], move |paths: &[PathBuf]| {
             load(&paths[0], &context)
         })?;
