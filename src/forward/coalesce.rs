@@ -8,29 +8,28 @@
 //! towards the caller: a long log cost a system call and a record per line.
 //!
 //! [`Coalesced`] gathers, before it answers, every chunk the kubelet connection can produce
-//! without waiting: after a chunk it lets the serving thread take a turn (run every task that is
-//! ready, the reading one included, and look at the sockets once, as `tokio::task::yield_now`
-//! does; no timer) and takes what that brought, until a turn brings nothing, the body ends, or
-//! [`GATHER_LIMIT`] bytes are held. A followed log line that is alone still leaves at once; a
-//! burst of lines leaves as one frame, written in full TLS records. Large chunks (a
-//! `Content-Length` body read in big pieces) pass without a turn or a copy.
+//! without waiting: after each chunk it takes the next one hyper decodes, until hyper's reading
+//! task finds the connection dry ([`Drained`]: a read that returned nothing since the last chunk
+//! was taken), the body ends, or [`GATHER_LIMIT`] bytes are held. A followed log line that is
+//! alone still leaves at once (as soon as the read after it finds nothing); a burst of lines
+//! leaves as one frame, written in full TLS records. Large chunks (a `Content-Length` body read
+//! in big pieces) pass without waiting or a copy.
 //!
-//! The end of a turn is told by a wake-up the runtime defers until the turn is over ([`Turn`]),
-//! not by the next poll: hyper's server polls a response body several times in one run of its
-//! connection task, so "polled again" does not mean the reading task has run.
+//! The end of a burst is told by the connection, not by the scheduler: hyper hands a body over
+//! through a one-slot channel, so its reading task must run once per chunk, and waiting for "a
+//! turn of the serving thread" to tell the end cost a look at every socket (`epoll_wait`) per
+//! chunk: on the real kubelet's log, a system call per line (docs/PERFORMANCE.md).
 
-use std::future::Future;
-use std::pin::{Pin, pin};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
-use futures_util::task::AtomicWaker;
 use http_body::{Body, Frame, SizeHint};
 
+use super::drained::Drained;
+
 /// The most bytes gathered into one frame: four full TLS records. Past it the frame is answered
-/// without another turn, so a fast kubelet never makes a frame (or what it holds) grow further.
+/// at once, so a fast kubelet never makes a frame (or what it holds) grow further.
 pub const GATHER_LIMIT: usize = 64 * 1024;
 
 /// `inner`, its data chunks gathered as the module describes.
@@ -40,12 +39,11 @@ pub struct Coalesced<B: Body> {
     /// Chunks taken but not yet answered: the first alone (no copy while it stays alone), then
     /// copied together.
     held: Held,
-    /// The turn being taken, if any (allocated at the first turn, then reused).
-    turn: Option<Arc<Turn>>,
-    /// Whether a turn is under way.
-    turning: bool,
-    /// Whether a chunk came since the turn under way (or the last one) began.
-    brought: bool,
+    /// The connection the body is read from; without it (a body not read from a kubelet
+    /// connection), chunks are answered as they come.
+    drained: Option<Drained>,
+    /// The connection's count of dry reads when the last chunk was taken.
+    mark: u64,
     /// What ended the inner body (its end, trailers or an error), answered after `held`.
     after: Option<After<B::Error>>,
 }
@@ -92,47 +90,6 @@ impl Held {
     }
 }
 
-/// One turn of the serving thread: a wake-up handed to the runtime as `yield_now` hands it, so
-/// that it comes once the tasks ready now have run and the sockets have been looked at, and a flag
-/// it sets on its way to the body's task.
-#[derive(Debug, Default)]
-struct Turn {
-    over: AtomicBool,
-    task: AtomicWaker,
-}
-
-impl Turn {
-    /// Begins a turn for the task of `cx`.
-    fn take(turn: &Arc<Turn>, cx: &Context<'_>) {
-        turn.over.store(false, Ordering::Relaxed);
-        turn.task.register(cx.waker());
-        let waker = Waker::from(Arc::clone(turn));
-        // Its first poll hands `waker` to the runtime (woken at once outside one) and answers
-        // `Pending`; it is never polled again.
-        let _ = pin!(tokio::task::yield_now()).poll(&mut Context::from_waker(&waker));
-    }
-
-    /// Whether the turn is over; if not, the task of `cx` is the one it wakes.
-    fn ended(&self, cx: &Context<'_>) -> bool {
-        if self.over.load(Ordering::Acquire) {
-            return true;
-        }
-        self.task.register(cx.waker());
-        self.over.load(Ordering::Acquire)
-    }
-}
-
-impl Wake for Turn {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.over.store(true, Ordering::Release);
-        self.task.wake();
-    }
-}
-
 #[derive(Debug)]
 enum After<E> {
     End,
@@ -141,14 +98,13 @@ enum After<E> {
 }
 
 impl<B: Body> Coalesced<B> {
-    /// Gathers the data of `inner`.
-    pub fn new(inner: B) -> Coalesced<B> {
+    /// Gathers the data of `inner`, read from the connection `drained` reports on.
+    pub(crate) fn new(inner: B, drained: Option<Drained>) -> Coalesced<B> {
         Coalesced {
             inner,
             held: Held::Nothing,
-            turn: None,
-            turning: false,
-            brought: false,
+            drained,
+            mark: 0,
             after: None,
         }
     }
@@ -169,10 +125,13 @@ where
         let this = &mut *self;
         if this.after.is_none() {
             loop {
+                // Counted before the chunk is taken: hyper cannot read again until it is, so a
+                // dry read counted later came after this chunk (on whatever thread).
+                let before = this.drained.as_ref().map_or(0, Drained::mark);
                 match Pin::new(&mut this.inner).poll_frame(cx) {
                     Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                         Ok(chunk) => {
-                            this.brought = true;
+                            this.mark = before;
                             if chunk.is_empty() {
                                 continue;
                             }
@@ -207,23 +166,12 @@ where
                         if this.held.len() == 0 {
                             return Poll::Pending;
                         }
-                        if this.turning {
-                            if let Some(turn) = this.turn.as_deref()
-                                && !turn.ended(cx)
-                            {
+                        match &this.drained {
+                            Some(drained) if drained.poll_since(this.mark, cx).is_pending() => {
                                 return Poll::Pending;
                             }
-                            this.turning = false;
-                            if !this.brought {
-                                break;
-                            }
+                            _ => break,
                         }
-                        // Another turn: the task reading the kubelet was woken when the chunk
-                        // was taken, and runs in it.
-                        this.brought = false;
-                        this.turning = true;
-                        Turn::take(this.turn.get_or_insert_with(Arc::default), cx);
-                        return Poll::Pending;
                     }
                 }
             }

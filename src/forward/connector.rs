@@ -19,6 +19,8 @@ use tokio::net::{TcpStream, UnixStream};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::client::TlsStream;
 
+use super::batching::BatchedTcp;
+use super::drained::Drained;
 use crate::base::reload::Reloadable;
 
 /// The TLS client configuration towards the kubelet: fixed, or rebuilt when its files (the
@@ -95,7 +97,9 @@ impl UpstreamConnector {
 impl Inner {
     async fn connect(&self) -> Result<UpstreamStream, ConnectError> {
         match &self.endpoint {
-            Endpoint::Tcp { host, port } => Ok(UpstreamStream::Tcp(tcp(host, *port).await?)),
+            Endpoint::Tcp { host, port } => {
+                Ok(Transport::Tcp(BatchedTcp::new(tcp(host, *port).await?)).into())
+            }
             Endpoint::Tls {
                 host,
                 port,
@@ -104,14 +108,14 @@ impl Inner {
             } => {
                 let tcp = tcp(host, *port).await?;
                 let stream = TlsConnector::from(tls.current())
-                    .connect(server_name.clone(), tcp)
+                    .connect(server_name.clone(), BatchedTcp::new(tcp))
                     .await
                     .map_err(ConnectError::Tls)?;
-                Ok(UpstreamStream::Tls(Box::new(stream)))
+                Ok(Transport::Tls(Box::new(stream)).into())
             }
             Endpoint::Unix { path } => UnixStream::connect(path)
                 .await
-                .map(UpstreamStream::Unix)
+                .map(|stream| Transport::Unix(stream).into())
                 .map_err(ConnectError::Unix),
         }
     }
@@ -147,18 +151,34 @@ impl tower_service::Service<Uri> for UpstreamConnector {
     }
 }
 
-/// A connection to the kubelet, whichever transport it uses.
-pub(crate) enum UpstreamStream {
-    Tcp(TcpStream),
+/// A connection to the kubelet, whichever transport it uses, reporting each read that finds
+/// nothing ([`Drained`]).
+pub(crate) struct UpstreamStream {
+    transport: Transport,
+    drained: Drained,
+}
+
+enum Transport {
+    Tcp(BatchedTcp),
     /// Boxed: a TLS session is much larger than a socket.
-    Tls(Box<TlsStream<TcpStream>>),
+    Tls(Box<TlsStream<BatchedTcp>>),
     Unix(UnixStream),
 }
 
+impl From<Transport> for UpstreamStream {
+    fn from(transport: Transport) -> UpstreamStream {
+        UpstreamStream {
+            transport,
+            drained: Drained::new(),
+        }
+    }
+}
+
 impl Connection for UpstreamStream {
-    /// Always plain HTTP/1.1 (we never offer h2 by ALPN), never through an HTTP proxy.
+    /// Always plain HTTP/1.1 (we never offer h2 by ALPN), never through an HTTP proxy. The
+    /// connection's [`Drained`] rides in every response read from it.
     fn connected(&self) -> Connected {
-        Connected::new()
+        Connected::new().extra(self.drained.clone())
     }
 }
 
@@ -168,11 +188,16 @@ impl AsyncRead for UpstreamStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Tcp(s) => Pin::new(s).poll_read(cx, buf),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
-            UpstreamStream::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        let this = self.get_mut();
+        let read = match &mut this.transport {
+            Transport::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Transport::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        };
+        if read.is_pending() {
+            this.drained.report();
         }
+        read
     }
 }
 
@@ -182,10 +207,10 @@ impl AsyncWrite for UpstreamStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamStream::Tcp(s) => Pin::new(s).poll_write(cx, buf),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
-            UpstreamStream::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        match &mut self.get_mut().transport {
+            Transport::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Transport::Unix(s) => Pin::new(s).poll_write(cx, buf),
         }
     }
 
@@ -194,34 +219,34 @@ impl AsyncWrite for UpstreamStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpstreamStream::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-            UpstreamStream::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        match &mut self.get_mut().transport {
+            Transport::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+            Transport::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
         }
     }
 
     fn is_write_vectored(&self) -> bool {
-        match self {
-            UpstreamStream::Tcp(s) => s.is_write_vectored(),
-            UpstreamStream::Tls(s) => s.is_write_vectored(),
-            UpstreamStream::Unix(s) => s.is_write_vectored(),
+        match &self.transport {
+            Transport::Tcp(s) => s.is_write_vectored(),
+            Transport::Tls(s) => s.is_write_vectored(),
+            Transport::Unix(s) => s.is_write_vectored(),
         }
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Tcp(s) => Pin::new(s).poll_flush(cx),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
-            UpstreamStream::Unix(s) => Pin::new(s).poll_flush(cx),
+        match &mut self.get_mut().transport {
+            Transport::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Transport::Unix(s) => Pin::new(s).poll_flush(cx),
         }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpstreamStream::Tcp(s) => Pin::new(s).poll_shutdown(cx),
-            UpstreamStream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
-            UpstreamStream::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        match &mut self.get_mut().transport {
+            Transport::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Transport::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Transport::Unix(s) => Pin::new(s).poll_shutdown(cx),
         }
     }
 }

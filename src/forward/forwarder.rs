@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::UpstreamBody;
 use super::coalesce::Coalesced;
 use super::connector::{Endpoint, UpstreamConnector, UpstreamTlsConfig};
+use super::drained::Drained;
 use super::limits::{Leased, UpstreamLimits};
 use super::{ForwardError, ForwardOptions, ProxyError, UpstreamTarget, headers, upgrade};
 use crate::authn::User;
@@ -248,7 +249,8 @@ impl Forwarder {
             Some(lease)
         };
         headers::sanitize_response_headers(resp.headers_mut(), switched);
-        Ok(resp.map(|body| Leased::new(Coalesced::new(body), body_lease)))
+        let drained = resp.extensions_mut().remove::<Drained>();
+        Ok(resp.map(|body| Leased::new(Coalesced::new(body, drained), body_lease)))
     }
 
     /// Sends `GET /healthz` to the kubelet on a connection of its own, with the configured

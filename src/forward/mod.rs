@@ -2,9 +2,11 @@
 //! unix socket, header hygiene on both directions, streamed bodies, and spliced upgrades for
 //! exec/attach/portForward. It never decides who may do what; that happened before.
 
+mod batching;
 pub mod cause;
 mod coalesce;
 mod connector;
+mod drained;
 mod error;
 mod forwarder;
 pub mod headers;
