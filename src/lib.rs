@@ -54,7 +54,8 @@
 //!   written whatever it holds, an identity past its fair share refused with 429; the first
 //!   read of each identity, verb and subresource a minute is always written.
 //! - [`forward`]: forwarding to the kubelet: header hygiene, streaming (the kubelet's chunks
-//!   gathered into frames as large as what is readable, `coalesce`), upgrades (exec, attach and
+//!   gathered into frames until its connection reads dry, `coalesce` and `drained`; a trickle
+//!   of one-line records read 16 KiB at a time, `batching`), upgrades (exec, attach and
 //!   portForward only, one task owning each session, copied both ways in full TLS records,
 //!   `upgrade::pump`), and the bound on requests in flight to it, in all and per user.
 //! - [`request`]: what happens to each request. [`request::pipeline`] runs it top to bottom:
@@ -95,7 +96,8 @@
 //!   decision step by step, or a table of them (`--check`), from the server's own configuration
 //!   and code (it reads only [`config::AuthorizationSettings`]).
 // Denied everywhere but in the two modules that take and pass inherited descriptors
-// (server::listen_fds, server::handover), which no safe interface can do.
+// (server::listen_fds, server::handover) and the one that sets SO_RCVLOWAT
+// (forward::batching::low_water), which no safe interface can do.
 #![deny(unsafe_code)]
 
 pub mod admin;

@@ -16,6 +16,7 @@
 //! It runs until stdin closes, as `bench_helper apiserver` does.
 
 mod logs;
+mod prefixed;
 mod upgrade;
 
 use std::collections::HashMap;
@@ -37,11 +38,14 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use rustls::ServerConfig;
 use rustls::server::WebPkiClientVerifier;
-use tokio::net::TcpListener;
+use tokio::io::AsyncReadExt as _;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
 
 use crate::frames::{Framing, websocket_accept};
-use logs::{FollowBody, LinePool, LogBody};
+use logs::{FollowBody, LinePool};
+use prefixed::Prefixed;
 use upgrade::{Kind, Session};
 
 /// Options of `bench_helper kubelet`.
@@ -61,6 +65,8 @@ const WS_PROTOCOLS: &[&str] = &[
     "v4.channel.k8s.io",
     "portforward.k8s.io",
 ];
+/// The longest request head the stand-in reads itself.
+const MAX_HEAD: usize = 16 * 1024;
 /// Bounds a TLS handshake, so that a stalled client holds nothing for long.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -90,15 +96,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 else {
                     return;
                 };
-                let service = service_fn(move |req| {
-                    let pool = pool.clone();
-                    async move { Ok::<_, Infallible>(respond(req, pool)) }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(tls), service)
-                    .with_upgrades();
-                if let Err(e) = conn.await {
-                    eprintln!("kubelet stand-in: connection: {e}");
+                if let Err(e) = serve(tls, pool).await {
+                    eprintln!("kubelet stand-in: connection: {e:#}");
                 }
             });
         }
@@ -107,6 +106,52 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         result = serving => result,
         _ = stdin_closed => Ok(()),
     }
+}
+
+/// Serves one connection: a log read (not followed) as the kubelet writes it
+/// ([`logs::write_chunked`]), anything else with hyper.
+async fn serve(mut tls: TlsStream<TcpStream>, pool: LinePool) -> anyhow::Result<()> {
+    let mut head = Vec::with_capacity(1024);
+    let log_bytes = loop {
+        let mut headers = [httparse::EMPTY_HEADER; 64];
+        let mut request = httparse::Request::new(&mut headers);
+        if let httparse::Status::Complete(_) = request.parse(&head)? {
+            break log_read(&request);
+        }
+        if head.len() > MAX_HEAD {
+            anyhow::bail!("request head over {MAX_HEAD} bytes");
+        }
+        if tls.read_buf(&mut head).await? == 0 {
+            return Ok(());
+        }
+    };
+    if let Some(bytes) = log_bytes {
+        return Ok(logs::write_chunked(tls, &pool, bytes).await?);
+    }
+    let service = service_fn(move |req| {
+        let pool = pool.clone();
+        async move { Ok::<_, Infallible>(respond(req, pool)) }
+    });
+    hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(Prefixed::new(head, tls)), service)
+        .with_upgrades()
+        .await?;
+    Ok(())
+}
+
+/// The bytes asked for if `request` reads a log without following it.
+fn log_read(request: &httparse::Request<'_, '_>) -> Option<u64> {
+    let (path, query) = request.path?.split_once('?').unwrap_or((request.path?, ""));
+    let query = self::query(query);
+    let reads_log = request.method == Some("GET")
+        && path.starts_with("/containerLogs/")
+        && query.get("follow").is_none_or(|v| *v != "true");
+    reads_log.then(|| {
+        query
+            .get("limitBytes")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1 << 20)
+    })
 }
 
 /// Serves upstream.crt/key, requires a client certificate signed by ca.crt, speaks HTTP/1.1.
@@ -147,12 +192,9 @@ fn respond(mut req: Request<Incoming>, pool: LinePool) -> Response<Body> {
     };
     let path = req.uri().path();
     if path.starts_with("/containerLogs/") {
-        let body = if query.get("follow").is_some_and(|v| *v == "true") {
-            let interval = Duration::from_millis(number("intervalMs", 10));
-            FollowBody::new(pool, number("lines", 100) as usize, interval).boxed_unsync()
-        } else {
-            LogBody::new(pool, number("limitBytes", 1 << 20)).boxed_unsync()
-        };
+        // Only followed logs come here: `serve` answers the others.
+        let interval = Duration::from_millis(number("intervalMs", 10));
+        let body = FollowBody::new(pool, number("lines", 100) as usize, interval).boxed_unsync();
         let mut response = Response::new(body);
         response.headers_mut().insert(
             CONTENT_TYPE,
