@@ -190,8 +190,9 @@ pub(super) fn streams_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&str) ->
          response in a flush-writer, so **every log line is one write and one flush**: one HTTP \
          chunk, one TLS record, one send. The stand-in does the same: its lines (an RFC 3339 \
          timestamp with nanoseconds, a level, a message; 80 to 250 bytes, about 130 on average) \
-         are each their own body frame, and the body returns `Pending` after each so that hyper \
-         flushes it alone. **Exec stdout and port-forward data go in frames of at most 32 KiB** \
+         are each a chunk the stand-in writes and flushes on the connection itself, one TLS \
+         record and one `writev` per line, as fast as the real kubelet (section 7 reads both with \
+         curl). **Exec stdout and port-forward data go in frames of at most 32 KiB** \
          (Go's `io.Copy` buffer), each one write and one flush: WebSocket binary frames with \
          Kubernetes' channel byte (stdout on channel 1 then the exec status on channel 3 and a \
          close frame; port-forward data on channel 0, after the port announced on channels 0 and \
@@ -203,8 +204,9 @@ pub(super) fn streams_markdown(w: &mut String, run: &Run, meta: &dyn Fn(&str) ->
     let _ = writeln!(
         w,
         "The client, `bench_helper stream`, speaks HTTP/1.1 by hand over rustls with the bench \
-         client certificate, reads the socket 64 KiB at a time (as curl), checks that it got \
-         exactly the bytes asked for, and times each transfer from sending the request to the \
+         client certificate, on one thread, reads the socket 64 KiB at a time (as curl), checks \
+         that it got exactly the bytes asked for (it sleeps between records, so a sender writing \
+         a record per line wakes it for each: direct, it reads the log slower than curl does), and times each transfer from sending the request to the \
          last byte. Sizes: the log {} MiB, each exec and port-forward {} MiB; the followed log {} \
          lines, one every {} ms. {} round(s), each case through every target in turn, each round \
          starting with the next target, after one unmeasured 16 MiB log through each; medians \
