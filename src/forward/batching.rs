@@ -47,8 +47,11 @@ pub(crate) struct BatchedTcp {
     tcp: TcpStream,
     /// Small reads in a row, close together, nothing written between them.
     small_reads: u32,
-    /// When the last read returned data.
+    /// When the last read returned data (none after a write or a large read).
     last_read: Option<Instant>,
+    /// Something was written since the last read: the next read answers it and starts no
+    /// trickle, so it is not timed (a request's response costs no clock read).
+    after_write: bool,
     /// `SO_RCVLOWAT` is [`LOW_WATER`] (else 1).
     batching: bool,
     /// While batching: when what waits below the low-water mark is read anyway.
@@ -63,6 +66,7 @@ impl BatchedTcp {
             tcp,
             small_reads: 0,
             last_read: None,
+            after_write: false,
             batching: false,
             flush: None,
             flush_armed: false,
@@ -71,13 +75,18 @@ impl BatchedTcp {
 
     /// Counts a read of `n` bytes and starts batching when they make a trickle.
     fn saw(&mut self, n: usize) {
+        self.flush_armed = false;
+        if n >= SMALL_READ || std::mem::take(&mut self.after_write) {
+            self.small_reads = 0;
+            self.last_read = None;
+            return;
+        }
         let now = Instant::now();
         let close = self
             .last_read
             .is_some_and(|last| now.duration_since(last) <= TRICKLE_GAP);
         self.last_read = Some(now);
-        self.flush_armed = false;
-        if n >= SMALL_READ || !close {
+        if !close {
             self.small_reads = 0;
             return;
         }
@@ -138,6 +147,11 @@ impl AsyncRead for BatchedTcp {
                 // mark makes the kernel signal at once if anything waits; a period that brought
                 // nothing means the stream went quiet, and it stays lowered.
                 this.set_batching(false);
+                if this.batching {
+                    // Not lowered (the kernel refused): try again after another period rather
+                    // than hold what waits until the mark is reached.
+                    let _ = this.poll_flush_due(cx);
+                }
                 Poll::Pending
             }
         }
@@ -182,6 +196,7 @@ impl BatchedTcp {
     /// Something goes to the kubelet: whatever it answers must not wait, and what came before
     /// was no one-way trickle.
     fn wrote(&mut self) {
+        self.after_write = true;
         self.small_reads = 0;
         if self.batching {
             self.set_batching(false);
