@@ -125,25 +125,38 @@ pub use startup::assemble::assemble;
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully, telling systemd (when it started
 /// the proxy as a `Type=notify` service) when serving begins and when draining starts. On
 /// SIGUSR2, hands the listening sockets to a new process started from the same path
-/// ([`server::handover`]) and drains once it serves; if it fails, goes on serving.
+/// ([`server::handover`]) and drains once it serves; if it fails, goes on serving. After a
+/// handover the sessions still open are served on past the grace period
+/// ([`server::drain`]); another SIGINT or SIGTERM, or a SIGQUIT at any time, closes everything at
+/// once (the audit log is still flushed).
 pub async fn run(config: Services) -> Result<(), StartError> {
-    // Before anything else: a SIGUSR2 must never meet the default action, which kills.
+    // Before anything else: a SIGUSR2 must never meet the default action, which kills, nor a
+    // SIGQUIT the one that dumps core.
     let mut upgrade =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::user_defined2())?;
+    let mut quit = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::quit())?;
     let successor = server::handover::Successor::of_this_process();
     let generation = config.metrics.server.generation().clone();
     let mut proxy = start(config).await?;
     // A process taking over tells the old one, which then names it to systemd.
-    if !server::handover::report_ready()
-        && let Err(e) = server::systemd::notify_ready()
-    {
-        tracing::warn!(error = %e, "cannot tell systemd the proxy is ready");
+    match server::handover::report_ready() {
+        Some(parent) => proxy.took_over_from(parent),
+        None => {
+            if let Err(e) = server::systemd::notify_ready() {
+                tracing::warn!(error = %e, "cannot tell systemd the proxy is ready");
+            }
+        }
     }
     loop {
         tokio::select! {
             stop = wait_for_signal() => {
                 stop?;
                 stopping("shutting down");
+                break;
+            }
+            _ = quit.recv() => {
+                stopping("SIGQUIT: shutting down without waiting for requests or sessions");
+                proxy.shutdown_handle().end_now();
                 break;
             }
             _ = upgrade.recv() => {
@@ -168,6 +181,7 @@ pub async fn run(config: Services) -> Result<(), StartError> {
                 match started {
                     Ok(pid) => {
                         generation.handed_over();
+                        proxy.succeeded();
                         tracing::info!(pid, "the new process serves; draining this one");
                         if let Err(e) = server::systemd::notify_main_pid(pid) {
                             tracing::warn!(error = %e, "cannot tell systemd the new main process");
@@ -185,8 +199,25 @@ pub async fn run(config: Services) -> Result<(), StartError> {
             }
         }
     }
-    proxy.shutdown().await;
-    Ok(())
+    let ending = proxy.shutdown_handle();
+    let drained = proxy.shutdown();
+    tokio::pin!(drained);
+    loop {
+        let why = tokio::select! {
+            () = &mut drained => return Ok(()),
+            stop = wait_for_signal() => {
+                stop?;
+                "another stop signal"
+            }
+            _ = quit.recv() => "SIGQUIT",
+        };
+        if !ending.closing().is_cancelled() {
+            tracing::info!(
+                "{why} while draining: closing every request and session still open now"
+            );
+        }
+        ending.end_now();
+    }
 }
 
 /// Says `why` the proxy stops, in the log and to systemd.

@@ -608,6 +608,35 @@ impl ApiServerClient {
             .map_err(|e| e.error)
     }
 
+    /// Sets `key: value` among the labels of pod `namespace/name` (a JSON merge patch, which
+    /// leaves every other label as it is), once, bounded like a review attempt and refused at
+    /// once while the API server's `Retry-After` hold is in force; the caller retries. For the
+    /// drain's release of the proxy's own pod from its DaemonSet.
+    pub async fn label_pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), ApiCallError> {
+        let pass = self
+            .hold
+            .admit(Duration::ZERO)
+            .await
+            .map_err(|held| ApiCallError::HeldOff(held.remaining))?;
+        let patch = serde_json::json!({ "metadata": { "labels": { key: value } } });
+        let request = Request::patch(format!("/api/v1/namespaces/{namespace}/pods/{name}"))
+            .header(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/merge-patch+json"),
+            )
+            .header(ACCEPT, HeaderValue::from_static("application/json"))
+            .body(kube::client::Body::from(patch.to_string().into_bytes()));
+        let result = self.exchange(request).await;
+        pass.answered(result.as_ref().err().and_then(|e| e.hold));
+        result.map(|_| ()).map_err(|e| e.error)
+    }
+
     /// Sends one request, bounded by the timeout and the size cap: the status code and body of
     /// a success.
     async fn exchange(

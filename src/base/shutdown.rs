@@ -2,14 +2,19 @@
 //!
 //! 1. **Draining** (SIGTERM): stop accepting, readiness turns false, every connection closes
 //!    gracefully (in-flight requests finish), the file watcher stops.
-//! 2. **Closing** (the grace period is over): connections and upgraded sessions still open are
-//!    dropped.
+//! 2. **Closing**: connections and upgraded sessions still open are dropped. When that happens is
+//!    the server's decision (`server::drain`): at the end of the grace period, or, once a
+//!    successor serves on the sockets this process handed over, when the sessions still open
+//!    then have ended or their own bound is over; at once on [`Shutdown::end_now`].
 //!
 //! Connections and upgraded sessions run on one [`TaskTracker`], so draining waits exactly for
 //! them, whoever spawned them (the server or the forwarder).
 
 use std::future::Future;
 use std::time::Duration;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -20,6 +25,8 @@ pub struct Shutdown {
     draining: CancellationToken,
     closing: CancellationToken,
     tasks: TaskTracker,
+    /// Set once another process serves on this one's listening sockets (a handover).
+    succeeded: Arc<AtomicBool>,
 }
 
 impl Shutdown {
@@ -43,6 +50,29 @@ impl Shutdown {
         self.draining.cancel();
     }
 
+    /// Closes everything still open now, whatever the drain was waiting for (a second stop
+    /// signal, `SIGQUIT`, or a successor that begins its own drain).
+    pub fn end_now(&self) {
+        self.draining.cancel();
+        self.closing.cancel();
+    }
+
+    /// Records that another process serves on this one's listening sockets: what is still open
+    /// when this one stops may then be served on past the grace period.
+    pub fn succeeded(&self) {
+        self.succeeded.store(true, Ordering::Release);
+    }
+
+    /// Whether another process took this one's listening sockets over and serves on them.
+    pub fn has_successor(&self) -> bool {
+        self.succeeded.load(Ordering::Acquire)
+    }
+
+    /// Connections and sessions open now.
+    pub fn open(&self) -> usize {
+        self.tasks.len()
+    }
+
     /// Runs `task` as one of the connections or sessions draining waits for.
     pub fn spawn<F>(&self, task: F)
     where
@@ -51,26 +81,29 @@ impl Shutdown {
         self.tasks.spawn(task);
     }
 
-    /// Waits up to `grace_period` for every tracked task to end; then starts closing and waits
-    /// for them to go. Returns whether everything ended within the grace period.
-    pub async fn drain(&self, grace_period: Duration) -> bool {
+    /// Waits up to `period` for every tracked task to end (no new one is taken from now on);
+    /// returns whether they all did. Closing meanwhile ([`Shutdown::end_now`]) ends the wait
+    /// early.
+    pub async fn wait(&self, period: Duration) -> bool {
         self.tasks.close();
-        let in_time = tokio::time::timeout(grace_period, self.tasks.wait())
-            .await
-            .is_ok();
-        if !in_time {
-            self.closing.cancel();
-            self.tasks.wait().await;
+        tokio::select! {
+            done = tokio::time::timeout(period, self.tasks.wait()) => done.is_ok(),
+            () = self.closing.cancelled() => self.tasks.is_empty(),
         }
-        in_time
+    }
+
+    /// Starts closing and waits for every tracked task to go.
+    pub async fn close(&self) {
+        self.tasks.close();
+        self.closing.cancel();
+        self.tasks.wait().await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::AtomicBool;
 
     #[tokio::test(start_paused = true)]
     async fn draining_waits_for_tasks_and_closing_ends_the_stragglers() {
@@ -81,14 +114,40 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(1)).await;
             quick.store(true, Ordering::SeqCst);
         });
-        assert!(shutdown.drain(Duration::from_secs(5)).await);
+        assert!(shutdown.wait(Duration::from_secs(5)).await);
         assert!(finished.load(Ordering::SeqCst));
         assert!(!shutdown.closing().is_cancelled());
 
         let shutdown = Shutdown::new();
         let closing = shutdown.closing().clone();
         shutdown.spawn(async move { closing.cancelled().await });
-        assert!(!shutdown.drain(Duration::from_secs(5)).await);
+        assert!(!shutdown.wait(Duration::from_secs(5)).await);
+        assert_eq!(shutdown.open(), 1, "waiting closes nothing");
+        shutdown.close().await;
         assert!(shutdown.closing().is_cancelled());
+        assert_eq!(shutdown.open(), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn ending_now_cuts_a_wait_short_and_closes_what_is_open() {
+        let shutdown = Shutdown::new();
+        let closing = shutdown.closing().clone();
+        shutdown.spawn(async move { closing.cancelled().await });
+        assert_eq!(shutdown.open(), 1);
+        let ender = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            ender.end_now();
+        });
+        let started = tokio::time::Instant::now();
+        shutdown.wait(Duration::from_secs(3600)).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(3),
+            "ended by end_now, not the period"
+        );
+        shutdown.close().await;
+        assert_eq!(shutdown.open(), 0);
+        assert!(shutdown.draining().is_cancelled());
     }
 }

@@ -129,6 +129,24 @@ pub struct ProxyFlags {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_go_duration, help_heading = "Serving")]
     pub shutdown_grace_period: Duration,
 
+    /// Once another proxy serves on the sockets this one handed over (a surge rollout over
+    /// --handover-socket, or SIGUSR2), how long after the stop the exec, attach and port-forward
+    /// sessions and followed logs still open at the end of --shutdown-grace-period are served on
+    /// before they are closed; they end sooner by themselves. Sized to the kubelet's own 4h
+    /// streamingConnectionIdleTimeout. 0: they are closed with the grace period, as on a stop
+    /// without a successor. A second SIGTERM, or SIGQUIT, closes them at once.
+    #[arg(long, value_name = "DURATION", default_value = "4h0m0s", value_parser = parse_go_duration, help_heading = "Serving")]
+    pub session_drain_timeout: Duration,
+
+    /// NAMESPACE/NAME of the pod this proxy runs in (from the downward API). When it drains
+    /// sessions after a surge rollout, it labels its own pod kubelet-auth-proxy/draining=true,
+    /// which the shipped DaemonSet's selector excludes: the DaemonSet releases the pod and its
+    /// rollout goes on while the sessions drain. If the label cannot be set within the grace
+    /// period, the sessions are closed with it instead of holding the rollout. Uses the API
+    /// server credentials of --kubeconfig (or the pod's service account).
+    #[arg(long, value_name = "NAMESPACE/NAME", help_heading = "Serving")]
+    pub drain_release_pod: Option<String>,
+
     /// PEM bundle of CAs for x509 client-certificate authentication. A client certificate is
     /// requested, never required, at the handshake; an invalid one is answered with 401.
     #[arg(long, value_name = "FILE", help_heading = "Authentication")]

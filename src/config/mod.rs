@@ -11,6 +11,7 @@ mod audit_policy;
 mod authentication_config;
 pub mod authorization;
 mod authorizers;
+pub mod drain;
 pub mod duration;
 mod error;
 pub mod file;
@@ -86,6 +87,8 @@ pub struct Settings {
     pub serving_threads: usize,
     /// Time given to in-flight requests at shutdown.
     pub shutdown_grace_period: Duration,
+    /// Sessions served on after a handover, and the pod released for them.
+    pub drain: drain::DrainSettings,
     /// Where audit events go, if anywhere; checked, not opened.
     pub audit: Option<AuditSettings>,
     /// Refuse exec, attach and portForward while their audit event cannot be written.
@@ -195,6 +198,7 @@ impl Settings {
         }
         let node_name = authorization.as_ref().map(|a| a.node_name.as_str());
         let upstream = keep(&mut errors, upstream(flags, node_name, &mut reloads));
+        let drain = keep(&mut errors, drain::drain_settings(flags, &mut warnings));
         match (
             token_review.zip(authentication_config),
             serving.zip(client_ca),
@@ -202,6 +206,7 @@ impl Settings {
             max_connections,
             audit,
             upstream,
+            drain,
         ) {
             (
                 Some((token_review, authentication_config)),
@@ -210,6 +215,7 @@ impl Settings {
                 Some(max_connections),
                 Some(audit),
                 Some(upstream),
+                Some(drain),
             ) if errors.is_empty() => Ok(Settings {
                 listen_addresses: listen::resolve(
                     &flags.listen_address,
@@ -235,6 +241,7 @@ impl Settings {
                 max_connections,
                 serving_threads,
                 shutdown_grace_period: flags.shutdown_grace_period,
+                drain,
                 audit,
                 audit_require_for_streams: flags.audit_log_require_for_streams,
                 reloads,

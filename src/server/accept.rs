@@ -10,8 +10,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, mpsc};
 use tracing::{debug, warn};
 
-use super::Limits;
 use super::connection::Accepted;
+use super::drain::Drain;
 use super::serving_threads::{Dispatcher, Load, ServingThreads};
 use crate::base::shutdown::Shutdown;
 
@@ -25,13 +25,13 @@ pub(super) struct Handed {
 
 /// Accepts on every listener, sharing one bound on open connections, and hands each connection to
 /// a serving thread, until draining begins; then waits for the threads to have taken everything,
-/// for the connections and sessions to end (see [`Shutdown::drain`]), and ends the threads.
+/// for the connections and sessions to end or be closed ([`Drain`]), and ends the threads.
 pub(super) async fn serve(
     listeners: Vec<TcpListener>,
     slots: Arc<Semaphore>,
     dispatcher: Dispatcher<Handed>,
     mut threads: ServingThreads,
-    limits: Limits,
+    drain: Drain,
     shutdown: Shutdown,
 ) {
     let mut loops = tokio::task::JoinSet::new();
@@ -48,18 +48,9 @@ pub(super) async fn serve(
     // serving everything handed to it.
     drop(dispatcher);
     threads.serving_ended().await;
-    // Connections and upgraded sessions are the shutdown's tasks: draining waits for them,
-    // then closes those still open after the grace period.
-    if !shutdown.drain(limits.grace_period).await {
-        warn!(
-            grace_period = ?limits.grace_period,
-            "requests or streams were still open after the shutdown grace period; closed them"
-        );
-        let status = "Grace period over: closed the requests and streams still open";
-        if let Err(e) = crate::server::systemd::notify_status(status) {
-            debug!(error = %e, "cannot tell systemd the grace period is over");
-        }
-    }
+    // Connections and upgraded sessions are the shutdown's tasks: the drain waits for them,
+    // then closes those still open.
+    drain.run(&shutdown).await;
     threads.stop().await;
 }
 

@@ -278,28 +278,56 @@ async fn reap(child: &mut Child) -> Option<ExitStatus> {
 /// Set once readiness has been reported, so the descriptor is owned once.
 static REPORTED: AtomicBool = AtomicBool::new(false);
 
-/// Tells the process handing over, if there is one, that this process serves. Returns whether
+/// Tells the process handing over, if there is one, that this process serves. Returns it, if
 /// there was one (then it, not this process, tells systemd).
-pub fn report_ready() -> bool {
-    let parent = rustix::process::getppid().map(|pid| pid.as_raw_nonzero().get());
+pub fn report_ready() -> Option<Parent> {
+    let parent = rustix::process::getppid();
     let from_parent = std::env::var(HANDOVER_FROM)
         .ok()
         .and_then(|pid| pid.parse::<i32>().ok())
-        .is_some_and(|from| Some(from) == parent);
+        .is_some_and(|from| Some(from) == parent.map(|pid| pid.as_raw_nonzero().get()));
     let fd = std::env::var(READY_FD)
         .ok()
         .and_then(|fd| fd.parse::<RawFd>().ok());
-    let (true, Some(fd)) = (from_parent, fd) else {
-        return false;
+    let (true, Some(fd), Some(parent)) = (from_parent, fd, parent) else {
+        return None;
     };
     if fd < FIRST_FD || REPORTED.swap(true, Ordering::SeqCst) {
-        return false;
+        return None;
     }
+    // Before saying READY: until then the parent waits, so the pid is still its own.
+    let pidfd = rustix::process::pidfd_open(parent, rustix::process::PidfdFlags::empty())
+        .map_err(|e| debug!(error = %e, "cannot hold on to the process that handed over"))
+        .ok();
     // SAFETY: the parent, checked above, passed this descriptor for this process alone (see
     // the module documentation), and REPORTED makes this the only place that owns it.
     let mut stream = UnixStream::from(unsafe { OwnedFd::from_raw_fd(fd) });
     if let Err(e) = stream.write_all(READY) {
         debug!(error = %e, "cannot tell the process handing over that this one serves");
     }
-    true
+    Some(Parent { pidfd })
+}
+
+/// The process that handed its sockets over to this one by `SIGUSR2`, held by a pidfd, so that a
+/// signal never reaches another process that got its pid after it ended.
+#[derive(Debug)]
+pub struct Parent {
+    pidfd: Option<OwnedFd>,
+}
+
+impl Parent {
+    /// Tells it to close whatever it still drains (this process now drains sessions of its own,
+    /// and a node keeps at most one draining proxy): a stop signal, which a draining proxy takes
+    /// as its second. Nothing happens if it has ended.
+    pub fn end_its_drain(self) {
+        let Some(pidfd) = self.pidfd else {
+            return;
+        };
+        match rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::TERM) {
+            Ok(()) => info!(
+                "told the process this one took over from to close the sessions it still drains"
+            ),
+            Err(e) => debug!(error = %e, "the process this one took over from is gone"),
+        }
+    }
 }

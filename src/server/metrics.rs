@@ -1,7 +1,8 @@
 //! The server's metrics: client connections open and the cap on them, failed handshakes,
 //! connections closed for missing a deadline, connections each serving thread was handed, whom
-//! the process stands by for ([`super::standby`]), and which generation of the proxy serves
-//! ([`super::generation`]).
+//! the process stands by for ([`super::standby`]), which generation of the proxy serves
+//! ([`super::generation`]), and what a stopped process still serves after a handover
+//! ([`super::drain`]).
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -39,6 +40,7 @@ pub struct ServerMetrics {
     connection_timeouts: Counter,
     accepted: Family<ThreadLabels, Counter>,
     standby: Family<StandbyLabels, Gauge>,
+    draining: Gauge,
     generation: Generation,
 }
 
@@ -53,6 +55,7 @@ impl ServerMetrics {
             connection_timeouts: Counter::default(),
             accepted: Family::default(),
             standby: Family::default(),
+            draining: Gauge::default(),
             generation: Generation::register(registry),
         };
         register! { registry, metrics;
@@ -62,6 +65,7 @@ impl ServerMetrics {
             connection_timeouts => "connection_timeouts", "Client connections closed because no request came within --header-read-timeout after the handshake, or within --idle-connection-timeout after the last one";
             accepted => "serving_thread_connections_accepted", "Client connections accepted, by serving thread (--serving-threads): how evenly the threads share the connections";
             standby => "standby", "1 while this process (with --handover-socket) stands by for an address another process holds, by who holds it: previous_version (a proxy from before handovers; ready, takes each address the instant it is free) or other_process (not a proxy; not ready, the log and /readyz name it)";
+            draining => "draining_connections", "Client connections and sessions (exec, attach, portForward, followed logs) a stopped process still serves past --shutdown-grace-period because a successor took its sockets over, up to --session-drain-timeout; 0 while serving. Served on the process's own --admin-socket only (the admin address is its successor's by then)";
         }
         for holder in STANDBY_HOLDERS {
             drop(metrics.standby.get_or_create(&StandbyLabels { holder }));
@@ -107,6 +111,11 @@ impl ServerMetrics {
                 .get_or_create(&StandbyLabels { holder: each })
                 .set(i64::from(Some(each) == holder));
         }
+    }
+
+    /// The gauge of what a stopped process still serves after a handover.
+    pub(super) fn draining(&self) -> &Gauge {
+        &self.draining
     }
 
     /// Build, start time and handovers.

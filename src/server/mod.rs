@@ -6,6 +6,7 @@ mod accept;
 mod connection;
 pub mod deadlines;
 pub mod descriptors;
+pub mod drain;
 pub mod generation;
 pub mod handover;
 pub mod handover_socket;
@@ -57,6 +58,8 @@ pub struct RunningProxy {
     admin_unix: Option<admin::listener::AdminSocket>,
     /// Flushed once the connections have drained.
     audit: Option<AuditLog>,
+    /// The proxy this one took over from, told to end its drain when this one drains in turn.
+    predecessor: drain::PredecessorSlot,
     /// Copies of the listening sockets, for a successor on `SIGUSR2`; closed when draining
     /// begins, so that the listeners really close once the accept loops let go of them.
     handover: HandoverSockets,
@@ -80,6 +83,25 @@ impl RunningProxy {
         self.admin_addr
     }
 
+    /// Records that a successor serves on this process's sockets (an upgrade in place by
+    /// `SIGUSR2`): what is still open when it stops may be served on past the grace period
+    /// ([`drain`]).
+    pub fn succeeded(&self) {
+        self.shutdown.succeeded();
+    }
+
+    /// Records the process that handed its sockets over to this one by `SIGUSR2`, to be told to
+    /// end its drain when this one drains in turn ([`drain`]).
+    pub fn took_over_from(&self, parent: handover::Parent) {
+        self.predecessor.put(drain::Predecessor::Parent(parent));
+    }
+
+    /// The shutdown this proxy runs under, to end its drain at once
+    /// ([`Shutdown::end_now`]) while [`RunningProxy::shutdown`] runs.
+    pub fn shutdown_handle(&self) -> Shutdown {
+        self.shutdown.clone()
+    }
+
     /// The listening sockets, to hand to a successor ([`crate::server::handover`]).
     pub fn handover_sockets(&self) -> &HandoverSockets {
         &self.handover
@@ -100,7 +122,8 @@ impl RunningProxy {
     }
 
     /// Turns readiness off, stops accepting, lets in-flight requests finish within the grace
-    /// period, flushes the audit log, then stops the admin listener and returns.
+    /// period and sessions after a handover within theirs ([`drain`]), flushes the audit log,
+    /// then stops the admin listener and returns.
     pub async fn shutdown(self) {
         drop(self.handover);
         self.shutdown.begin();
@@ -232,6 +255,14 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         registry,
         readiness.clone(),
     ));
+    let predecessor = drain::PredecessorSlot::default();
+    let drain = drain::Drain {
+        sessions: config.session_drain,
+        grace_period: config.shutdown_grace_period,
+        metrics: Arc::clone(&metrics),
+        admin: admin.abort_handle(),
+        predecessor: predecessor.clone(),
+    };
     let mut listeners = Vec::with_capacity(config.listen_addresses.len());
     for &address in &config.listen_addresses {
         listeners.push(
@@ -265,7 +296,6 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             first_request: config.header_read_timeout,
             idle: config.idle_connection_timeout,
         },
-        grace_period: config.shutdown_grace_period,
     };
     let http = HttpServer::new(config.header_read_timeout);
     let serving_tls = Arc::clone(&config.server_tls);
@@ -308,7 +338,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         slots,
         dispatcher,
         threads,
-        limits,
+        drain,
         shutdown.clone(),
     ));
     // Serving: now the path is this process's, and the proxy that handed over is told.
@@ -317,7 +347,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             path,
             handover.try_clone()?,
             generation.clone(),
-            shutdown.draining().clone(),
+            shutdown.clone(),
         ) {
             Ok(donor) => Some(donor),
             Err(e) => {
@@ -332,7 +362,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
             pid = fetched.pid,
             "serving on the sockets handed over; telling the proxy that handed them"
         );
-        fetched.serving().await;
+        predecessor.put(drain::Predecessor::Socket(fetched.serving().await));
     }
     Ok(RunningProxy {
         addr,
@@ -343,6 +373,7 @@ pub async fn start(config: Services) -> Result<RunningProxy, StartError> {
         admin,
         admin_unix,
         audit: config.audit,
+        predecessor,
         handover,
         donor,
     })
@@ -399,5 +430,4 @@ struct Limits {
     max_connections: u32,
     handshake_timeout: std::time::Duration,
     deadlines: Deadlines,
-    grace_period: std::time::Duration,
 }

@@ -45,6 +45,8 @@ pub struct Services {
     pub serving_threads: usize,
     /// Time given to in-flight requests at shutdown.
     pub shutdown_grace_period: Duration,
+    /// What is served on after a handover, and the pod released for it.
+    pub session_drain: super::drain::SessionDrain,
     /// The registry every layer registered its metrics in, and the families of the parts the
     /// server builds itself.
     pub metrics: ServedMetrics,

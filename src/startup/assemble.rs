@@ -31,6 +31,7 @@ use crate::config::{
 use crate::forward::metrics::ForwardMetrics;
 use crate::forward::{ForwardOptions, Forwarder};
 use crate::request::decision::Decider;
+use crate::server::drain::{PodRelease, SessionDrain};
 use crate::server::{ServedMetrics, Services};
 use tokio_util::sync::CancellationToken;
 
@@ -145,6 +146,14 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         };
         tokio::spawn(Arc::clone(failures).report(summarize, shutdown.draining().clone()));
     }
+    let session_drain = SessionDrain {
+        timeout: settings.drain.session_timeout,
+        release: settings.drain.release.map(|release| PodRelease {
+            client: clients.get(release.apiserver, &mut reloads),
+            namespace: release.namespace,
+            name: release.name,
+        }),
+    };
     Ok(Services {
         listen_addresses: settings.listen_addresses,
         listen_retry_timeout: settings.listen_retry_timeout,
@@ -160,6 +169,7 @@ pub fn assemble(settings: Settings) -> Result<Services, ConfigError> {
         max_connections: settings.max_connections,
         serving_threads: settings.serving_threads,
         shutdown_grace_period: settings.shutdown_grace_period,
+        session_drain,
         metrics: ServedMetrics {
             registry: metrics.registry,
             server: metrics.server,

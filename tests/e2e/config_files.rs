@@ -4,7 +4,7 @@
 //! `--kubelet-config` (seen in check-config's summary line, and by serving); the shipped examples
 //! under `config/` pass check-config together, with generated certificates in place of theirs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use http::StatusCode;
 use serde_json::Value;
@@ -516,8 +516,8 @@ async fn the_shipped_proxy_and_kubelet_configurations_pass_check_config_together
     let generated = |name: &str| files.dir.path().join(name).display().to_string();
     let kubeconfig = files.api.kubeconfig(Flavour::ClientCertificate);
 
-    // config/proxy.yaml with every file it names replaced by a generated one (the policies are
-    // the shipped ones).
+    // config/proxy.yaml with every file it names replaced by a generated one, and the kubeconfig
+    // it leaves to the DaemonSet's service account given, as under systemd.
     let mut proxy = example("config/proxy.yaml");
     for (key, replacement) in [
         ("upstreamCaFile", generated("ca.crt")),
@@ -526,25 +526,16 @@ async fn the_shipped_proxy_and_kubelet_configurations_pass_check_config_together
         ("tlsCertFile", generated("serving.crt")),
         ("tlsPrivateKeyFile", generated("serving.key")),
         ("clientCaFile", generated("ca.crt")),
-        ("kubeconfig", kubeconfig.display().to_string()),
         ("auditLogPath", generated("audit.log")),
     ] {
         assert!(proxy.contains_key(key), "config/proxy.yaml sets {key}");
         proxy.insert(key.to_owned(), Value::String(replacement));
     }
-    let policies: Vec<Value> = proxy["authorizationPolicyFile"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|file| {
-            let name = Path::new(file.as_str().unwrap()).file_name().unwrap();
-            let shipped: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("config/policy")
-                .join(name);
-            Value::String(shipped.display().to_string())
-        })
-        .collect();
-    proxy.insert("authorizationPolicyFile".to_owned(), Value::Array(policies));
+    assert!(!proxy.contains_key("kubeconfig"));
+    proxy.insert(
+        "kubeconfig".to_owned(),
+        Value::String(kubeconfig.display().to_string()),
+    );
     let proxy_path = files.write("proxy.yaml", &Value::Object(proxy.clone()).to_string());
 
     // config/kubelet-config.yaml with its client CA generated.
@@ -566,7 +557,7 @@ async fn the_shipped_proxy_and_kubelet_configurations_pass_check_config_together
     assert_eq!(proxy["listenAddress"], ":10250");
     assert_eq!(
         summary(&done, "config/proxy.yaml with config/kubelet-config.yaml"),
-        valid_line("0.0.0.0:10250", "node-1", "Node,Policy,RBAC,Webhook")
+        valid_line("0.0.0.0:10250", "node-1", "Node,RBAC,Webhook")
     );
 }
 

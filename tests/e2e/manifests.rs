@@ -1,8 +1,15 @@
-//! What ships besides the binary holds together: every Kubernetes manifest under `config/` parses
-//! into its API type without losing a field (the API server would drop a misspelt one silently),
-//! the local policies load and grant what their comments say, the example command lines (systemd
-//! environment file, DaemonSet, `proxy.yaml`) are accepted and would start the proxy, the
-//! KubeletConfiguration uses only documented fields, and `--version` names the build's commit.
+//! What ships besides the binary holds together: every Kubernetes manifest under `config/` and
+//! `deploy/` parses into its API type without losing a field (the API server would drop a misspelt
+//! one silently), every kustomization names files that exist where kustomize may read them, the
+//! local policies load and grant what their comments say, the example command lines (systemd
+//! environment file, the DaemonSet with the `proxy.yaml` it mounts, `proxy.yaml` alone) are
+//! accepted and would start the proxy, the KubeletConfiguration uses only documented fields, and
+//! `--version` names the build's commit.
+//!
+//! The DaemonSet is checked as an [`Install`]: the base's files as `config/kustomization.yaml`
+//! combines them, and, where a kubectl is at hand, each overlay of `deploy/` as `kubectl
+//! kustomize` renders it (`real_apiserver_kustomize.rs` runs the same checks with the kubectl CI
+//! names, and sends every rendering to a real API server).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -12,9 +19,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use clap::{Args as _, FromArgMatches as _};
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
 use kubelet_auth_proxy::authn::User;
 use kubelet_auth_proxy::authz::policy::PolicyAuthorizer;
 use kubelet_auth_proxy::authz::{Attributes, Decision};
@@ -44,7 +54,7 @@ pub(crate) fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
-/// Every YAML file under `config/`, sorted.
+/// Every YAML file under `config/` and `deploy/`, sorted.
 fn yaml_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
@@ -58,6 +68,7 @@ fn yaml_files() -> Vec<PathBuf> {
     }
     let mut found = Vec::new();
     walk(&file("config"), &mut found);
+    walk(&file("deploy"), &mut found);
     found.sort();
     found
 }
@@ -135,6 +146,15 @@ fn every_manifest_parses_into_its_api_type_without_losing_a_field() {
                 "ClusterRoleBinding" => round_trip::<ClusterRoleBinding>(document),
                 "ConfigMap" => round_trip::<ConfigMap>(document),
                 "Secret" => round_trip::<Secret>(document),
+                "Role" => round_trip::<Role>(document),
+                "RoleBinding" => round_trip::<RoleBinding>(document),
+                "ValidatingAdmissionPolicy" => round_trip::<ValidatingAdmissionPolicy>(document),
+                "ValidatingAdmissionPolicyBinding" => {
+                    round_trip::<ValidatingAdmissionPolicyBinding>(document)
+                }
+                // kustomize's own files: what they name is checked here, the rest by kubectl
+                // (real_apiserver_kustomize.rs).
+                "Kustomization" | "Component" => kustomization_names(&path, document),
                 // Not Kubernetes objects; checked by their own tests below (the audit Policy
                 // in audit_policy.rs).
                 "ProxyConfiguration"
@@ -168,11 +188,153 @@ fn every_manifest_parses_into_its_api_type_without_losing_a_field() {
         "ServiceAccount",
         "ClusterRole",
         "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
         "ProxyConfiguration",
         "KubeletConfiguration",
+        "Kustomization",
+        "Component",
     ] {
-        assert!(kinds_seen.contains(expected), "no {expected} under config/");
+        assert!(
+            kinds_seen.contains(expected),
+            "no {expected} under config/ or deploy/"
+        );
     }
+}
+
+/// What a kustomization (`path`, one of `kustomization.yaml`'s documents) names, checked as
+/// kustomize reads it with its default load restrictor: every resource, component and generated
+/// file exists; a file (a resource or a generator's input) lies in the kustomization's own
+/// directory tree; a directory is never one that contains the kustomization (kustomize calls that
+/// a cycle). Keys this does not know fail the test, so that a new one gets its check. Returns the
+/// problems found as `Err`.
+fn kustomization_names(path: &Path, document: &Value) -> Result<Vec<String>, String> {
+    let dir = path.parent().unwrap();
+    let expected_version = match kind(document) {
+        "Kustomization" => "kustomize.config.k8s.io/v1beta1",
+        _ => "kustomize.config.k8s.io/v1alpha1",
+    };
+    if document["apiVersion"] != expected_version {
+        return Err(format!("apiVersion is not {expected_version}"));
+    }
+    let names = |key: &str| -> Vec<String> {
+        document[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|name| name.as_str().expect("a path").to_owned())
+            .collect()
+    };
+    let inside = |name: &str| {
+        Path::new(name)
+            .components()
+            .all(|c| c != std::path::Component::ParentDir)
+    };
+    // A base or a component: a directory with a kustomization of `wanted` kind that does not
+    // contain this one.
+    let directory = |name: &str, wanted: &str| -> Option<String> {
+        let Ok(target) = dir.join(name).canonicalize() else {
+            return Some(format!("{name}: no such directory"));
+        };
+        if dir.canonicalize().unwrap().starts_with(&target) {
+            return Some(format!("{name}: contains this kustomization (a cycle)"));
+        }
+        let kustomization = target.join("kustomization.yaml");
+        if !kustomization.is_file() {
+            return Some(format!("{name}: no kustomization.yaml"));
+        }
+        let found = kind(&documents(&kustomization)[0]).to_owned();
+        (found != wanted).then(|| format!("{name}: a {found}, not a {wanted}"))
+    };
+    let mut problems = Vec::new();
+    for name in names("resources") {
+        if dir.join(&name).is_dir() {
+            problems.extend(directory(&name, "Kustomization"));
+        } else if !inside(&name) || !dir.join(&name).is_file() {
+            problems.push(format!(
+                "resources: {name}: no such file in this directory tree"
+            ));
+        }
+    }
+    for name in names("components") {
+        problems.extend(directory(&name, "Component"));
+    }
+    for generator in document["configMapGenerator"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for entry in generator["files"].as_array().into_iter().flatten() {
+            let entry = entry.as_str().expect("a file");
+            // `key=path` names the key apart from the file.
+            let name = entry.split_once('=').map_or(entry, |(_, name)| name);
+            if !inside(name) || !dir.join(name).is_file() {
+                problems.push(format!(
+                    "configMapGenerator: {name}: no such file in this directory tree"
+                ));
+            }
+        }
+    }
+    let known = [
+        "apiVersion",
+        "kind",
+        "resources",
+        "components",
+        "configMapGenerator",
+        "patches",
+        "replacements",
+        "images",
+    ];
+    for key in document.as_object().unwrap().keys() {
+        if !known.contains(&key.as_str()) {
+            problems.push(format!(
+                "{key}: a key this test does not check; add its check"
+            ));
+        }
+    }
+    // Patches and replacements are inline: kubectl checks them by rendering.
+    for key in ["patches", "replacements"] {
+        for entry in document[key].as_array().into_iter().flatten() {
+            if entry.get("path").is_some() {
+                problems.push(format!("{key}: a file; inline it or check it here"));
+            }
+        }
+    }
+    if problems.is_empty() {
+        Ok(Vec::new())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+#[test]
+fn the_kustomization_check_finds_what_kustomize_would_refuse() {
+    let dir = TempDir::new("kustomization-check");
+    dir.write("present.yaml", "kind: ConfigMap\n");
+    let path = dir.write("kustomization.yaml", "");
+    let document: Value = serde_saphyr::from_str(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n\
+         resources: [present.yaml, missing.yaml, ../present.yaml, ..]\n\
+         configMapGenerator: [{name: x, files: [key=present.yaml, absent.yaml]}]\n\
+         namePrefix: x-\n",
+    )
+    .unwrap();
+    let problems = kustomization_names(&path, &document).unwrap_err();
+    for expected in [
+        "resources: missing.yaml: no such file",
+        "resources: ../present.yaml: no such file in this directory tree",
+        "..: contains this kustomization (a cycle)",
+        "configMapGenerator: absent.yaml: no such file",
+        "namePrefix: a key this test does not check",
+    ] {
+        assert!(
+            problems.contains(expected),
+            "{expected:?} not in {problems}"
+        );
+    }
+    assert!(!problems.contains("key=present.yaml"), "{problems}");
 }
 
 #[test]
@@ -192,10 +354,13 @@ fn a_misspelt_field_is_caught_by_the_round_trip() {
 
 // --- Local policies -------------------------------------------------------------------------
 
+/// The local policies of `config/policy` (its `kustomization.yaml` is the DaemonSet's Component
+/// that mounts them, not a policy).
 fn policy_files() -> Vec<PathBuf> {
     let files: Vec<PathBuf> = yaml_files()
         .into_iter()
         .filter(|path| path.parent() == Some(&file("config/policy")))
+        .filter(|path| !path.ends_with("kustomization.yaml"))
         .collect();
     assert!(!files.is_empty(), "no policy under config/policy");
     files
@@ -621,46 +786,6 @@ fn the_environment_file_reader_follows_systemd_quoting() {
     assert_eq!(variables["C"], "say \"hi\" \\x");
 }
 
-/// Resident memory of an idle proxy and per idle client connection, as measured by `bench/run`
-/// (docs/BENCHMARKS.md, "Idle connections": 13.4 MiB, 30.6 KiB a connection).
-const IDLE_RSS_BYTES: f64 = 13.4 * 1024.0 * 1024.0;
-const RSS_PER_CONNECTION_BYTES: f64 = 30.6 * 1024.0;
-
-/// The DaemonSet's memory limit holds `--max-connections` idle connections with a quarter of it
-/// to spare for requests in flight: the connection cap bites before the OOM killer does.
-#[test]
-fn the_daemonsets_memory_limit_fits_its_connection_limit() {
-    let container = proxy_container(&daemonset());
-    let args = daemonset_args(&container);
-    let max_connections: f64 = args
-        .iter()
-        .find_map(|a| a.strip_prefix("--max-connections="))
-        .unwrap_or("10000")
-        .parse()
-        .unwrap();
-    let limit = container
-        .resources
-        .as_ref()
-        .and_then(|r| r.limits.as_ref())
-        .and_then(|l| l.get("memory"))
-        .expect("a memory limit")
-        .0
-        .clone();
-    let mebibytes: f64 = limit
-        .strip_suffix("Mi")
-        .expect("a limit in Mi")
-        .parse()
-        .unwrap();
-    let needed = IDLE_RSS_BYTES + max_connections * RSS_PER_CONNECTION_BYTES;
-    let limit_bytes = mebibytes * 1024.0 * 1024.0;
-    assert!(
-        needed <= 0.75 * limit_bytes,
-        "--max-connections={max_connections} needs {:.0} MiB idle; the limit {limit} leaves no \
-         room for requests in flight",
-        needed / 1024.0 / 1024.0
-    );
-}
-
 /// The example `AuthenticationConfiguration` validates as kube-apiserver would validate it, its
 /// expressions compiled, and says what each authenticator shows.
 #[test]
@@ -698,249 +823,6 @@ fn the_example_authentication_configuration_validates() {
             .is_err_and(|e| e.to_string().starts_with("anonymous: Forbidden")),
         "{both:?}"
     );
-}
-
-/// The DaemonSet of `config/daemonset.yaml`.
-fn daemonset() -> DaemonSet {
-    let mut found = typed::<DaemonSet>(&file("config/daemonset.yaml"), "DaemonSet");
-    assert_eq!(found.len(), 1);
-    found.remove(0)
-}
-
-/// The proxy container of the DaemonSet.
-fn proxy_container(daemonset: &DaemonSet) -> Container {
-    let spec = daemonset.spec.template.spec.as_ref().unwrap();
-    spec.containers
-        .iter()
-        .find(|c| c.name == "kubelet-auth-proxy")
-        .expect("a container named kubelet-auth-proxy")
-        .clone()
-}
-
-/// `args` with `$(VAR)` replaced by example values for the variables the container defines, as
-/// the kubelet expands them.
-fn expand(container: &Container, examples: &BTreeMap<&str, &str>) -> Vec<String> {
-    let defined: Vec<&str> = container
-        .env
-        .iter()
-        .flatten()
-        .map(|var| var.name.as_str())
-        .collect();
-    container
-        .args
-        .iter()
-        .flatten()
-        .map(|arg| {
-            let mut arg = arg.clone();
-            for name in &defined {
-                arg = arg.replace(&format!("$({name})"), examples[name]);
-            }
-            assert!(!arg.contains("$("), "{arg}: an undefined variable");
-            arg
-        })
-        .collect()
-}
-
-/// The proxy container's arguments, with an example value for the node name.
-fn daemonset_args(container: &Container) -> Vec<String> {
-    expand(container, &BTreeMap::from([("NODE_NAME", "node-1")]))
-}
-
-#[test]
-fn the_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
-    let daemonset = daemonset();
-    let container = proxy_container(&daemonset);
-    assert_eq!(
-        container.image.as_deref(),
-        Some(format!("kubelet-auth-proxy:{VERSION}").as_str())
-    );
-    let args = daemonset_args(&container);
-    let flags = parse_flags(&args).unwrap_or_else(|e| panic!("DaemonSet: {e}"));
-    assert_names_every_policy("DaemonSet", &flags);
-
-    // Every file it names is inside a volume mounted into the container (or the service
-    // account's own volume).
-    let pod = daemonset.spec.template.spec.clone().unwrap();
-    let mounts: Vec<&str> = container
-        .volume_mounts
-        .iter()
-        .flatten()
-        .map(|mount| mount.mount_path.as_str())
-        .collect();
-    for arg in &args {
-        let Some((_, value)) = arg.split_once('=') else {
-            continue;
-        };
-        if value.starts_with('/') {
-            let inside = |dir: &str| Path::new(value).starts_with(dir);
-            assert!(
-                mounts.iter().any(|dir| inside(dir)) || inside(SERVICE_ACCOUNT_DIR),
-                "{arg}: not inside any volume mount {mounts:?}"
-            );
-        }
-    }
-    let volumes: BTreeSet<&str> = pod
-        .volumes
-        .iter()
-        .flatten()
-        .map(|volume| volume.name.as_str())
-        .collect();
-    for mount in pod
-        .init_containers
-        .iter()
-        .flatten()
-        .chain(&pod.containers)
-        .flat_map(|c| c.volume_mounts.iter().flatten())
-    {
-        assert!(volumes.contains(mount.name.as_str()), "{}", mount.name);
-    }
-
-    // Non-root, read-only, no capabilities, on the node's network.
-    assert_eq!(pod.host_network, Some(true));
-    let pod_security = pod.security_context.as_ref().unwrap();
-    assert_eq!(pod_security.run_as_non_root, Some(true));
-    assert!(pod_security.run_as_user.is_some_and(|uid| uid != 0));
-    let security = container.security_context.as_ref().unwrap();
-    assert_ne!(security.run_as_non_root, Some(false));
-    assert_ne!(security.run_as_user, Some(0));
-    assert_eq!(security.read_only_root_filesystem, Some(true));
-    assert_eq!(security.allow_privilege_escalation, Some(false));
-    let drop = security
-        .capabilities
-        .as_ref()
-        .unwrap()
-        .drop
-        .as_ref()
-        .unwrap();
-    assert_eq!(drop, &["ALL"]);
-    assert!(container.resources.as_ref().unwrap().requests.is_some());
-
-    // The admin listener stays on the host's loopback; the probes ask this pod's own process
-    // through --admin-socket (in a volume of the pod's own), never the port both pods of a surge
-    // rollout share.
-    assert!(flags.admin_listen_address.ip().is_loopback());
-    let socket = flags.admin_socket.as_ref().expect("--admin-socket is set");
-    let socket_dir = socket.parent().unwrap().to_str().unwrap();
-    assert!(
-        container
-            .volume_mounts
-            .iter()
-            .flatten()
-            .any(|mount| mount.mount_path == socket_dir),
-        "{socket_dir} is not a volume of the pod's own"
-    );
-    for (probe, path) in [
-        (&container.startup_probe, "/healthz"),
-        (&container.liveness_probe, "/healthz"),
-        (&container.readiness_probe, "/readyz"),
-    ] {
-        let command = probe
-            .as_ref()
-            .unwrap()
-            .exec
-            .as_ref()
-            .unwrap()
-            .command
-            .clone()
-            .unwrap();
-        assert_eq!(
-            command,
-            [
-                "/kubelet-auth-proxy".to_owned(),
-                "admin-probe".to_owned(),
-                format!("--admin-socket={}", socket.display()),
-                path.to_owned(),
-            ]
-        );
-    }
-    // A surge rollout: the new pod is ready beside the old one before the old one goes. Declared
-    // ports would be host ports on the host network, which the scheduler refuses to double.
-    let rolling = daemonset
-        .spec
-        .update_strategy
-        .as_ref()
-        .unwrap()
-        .rolling_update
-        .as_ref()
-        .unwrap();
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-    assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)));
-    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)));
-    assert!(container.ports.as_ref().is_none_or(Vec::is_empty));
-
-    // The pod gets its drain before being killed.
-    let grace = pod.termination_grace_period_seconds.unwrap();
-    assert!(Duration::from_secs(grace.try_into().unwrap()) > flags.shutdown_grace_period);
-
-    // It runs as the ServiceAccount that rbac.yaml binds to system:auth-delegator.
-    let account = pod.service_account_name.as_deref().unwrap();
-    let namespace = daemonset.metadata.namespace.as_deref().unwrap();
-    let rbac = file("config/rbac.yaml");
-    assert!(
-        typed::<ServiceAccount>(&rbac, "ServiceAccount")
-            .iter()
-            .any(|sa| sa.metadata.name.as_deref() == Some(account)
-                && sa.metadata.namespace.as_deref() == Some(namespace))
-    );
-    let bindings = typed::<ClusterRoleBinding>(&rbac, "ClusterRoleBinding");
-    let binds_the_account = |binding: &ClusterRoleBinding| {
-        binding.subjects.iter().flatten().any(|s| {
-            s.kind == "ServiceAccount"
-                && s.name == account
-                && s.namespace.as_deref() == Some(namespace)
-        })
-    };
-    // To the role that creates reviews, and to the one that reads the service-account issuer's
-    // public keys, so tokens are checked on the node (docs/DELEGATION.md, "Forged tokens").
-    for role in [
-        "system:auth-delegator",
-        "system:service-account-issuer-discovery",
-    ] {
-        assert!(
-            bindings
-                .iter()
-                .any(|binding| binding.role_ref.name == role && binds_the_account(binding)),
-            "rbac.yaml binds {namespace}/{account} to {role}"
-        );
-    }
-
-    // With RBAC in its chain, rbac.yaml lets that account list and watch the four kinds, and
-    // nothing else.
-    assert!(flags.authorization_mode.contains(&AuthorizationMode::Rbac));
-    let reader = bindings
-        .iter()
-        .find(|binding| {
-            binds_the_account(binding) && binding.role_ref.name.starts_with("kubelet-auth-proxy:")
-        })
-        .expect("a binding of the service account to a role of the project's own");
-    let role = typed::<ClusterRole>(&rbac, "ClusterRole")
-        .into_iter()
-        .find(|role| role.metadata.name.as_deref() == Some(reader.role_ref.name.as_str()))
-        .expect("the reader role is in rbac.yaml");
-    let rules = role.rules.unwrap_or_default();
-    assert_eq!(rules.len(), 1);
-    assert_eq!(rules[0].verbs, ["list", "watch"]);
-    assert_eq!(
-        rules[0].api_groups.as_deref(),
-        Some(&["rbac.authorization.k8s.io".to_owned()][..])
-    );
-    let mut resources = rules[0].resources.clone().unwrap_or_default();
-    resources.sort();
-    assert_eq!(
-        resources,
-        [
-            "clusterrolebindings",
-            "clusterroles",
-            "rolebindings",
-            "roles"
-        ]
-    );
-
-    // Loads, with a kubeconfig standing in for the pod's service account.
-    let files = StandInFiles::new();
-    let mut args = args;
-    args.push("--kubeconfig=/etc/kubelet-auth-proxy/kubeconfig".to_owned());
-    files.check("DaemonSet", &files.rewrite(&args));
 }
 
 /// `#key: value` lines of `proxy.yaml`: optional settings, shown commented out.
@@ -1021,9 +903,9 @@ fn proxy_yaml_sets_every_flag_by_its_camel_case_name_and_starts_the_proxy() {
         );
     }
 
-    // The file as the binary reads it.
-    let flags = parse_config_file(&path).unwrap_or_else(|e| panic!("proxy.yaml: {e}"));
-    assert_names_every_policy("proxy.yaml", &flags);
+    // The file as the binary reads it. The local policies are shown commented out: the
+    // DaemonSet's policies component adds them by flag (config/policy/kustomization.yaml).
+    parse_config_file(&path).unwrap_or_else(|e| panic!("proxy.yaml: {e}"));
     let files = StandInFiles::new();
     let mut commented = serde_json::Map::from_iter(
         header
@@ -1034,8 +916,9 @@ fn proxy_yaml_sets_every_flag_by_its_camel_case_name_and_starts_the_proxy() {
     let commented_path = files
         .dir
         .write("commented-out.yaml", Value::Object(commented).to_string());
-    parse_config_file(&commented_path)
+    let commented = parse_config_file(&commented_path)
         .unwrap_or_else(|e| panic!("proxy.yaml, commented-out settings: {e}"));
+    assert_names_every_policy("proxy.yaml, commented-out settings", &commented);
 
     // The same file with stand-in files loads.
     let mut stand_in = serde_json::Map::from_iter(
@@ -1066,9 +949,17 @@ fn proxy_yaml_sets_every_flag_by_its_camel_case_name_and_starts_the_proxy() {
     let stand_in_path = files
         .dir
         .write("proxy.yaml", Value::Object(stand_in).to_string());
+    // The file leaves the API server credentials to the pod's service account (or to a
+    // kubeconfig under systemd): a kubeconfig stands in for them.
     files.check(
         "proxy.yaml",
-        &[format!("--config={}", stand_in_path.display())],
+        &[
+            format!("--config={}", stand_in_path.display()),
+            format!(
+                "--kubeconfig={}",
+                files.stand_in("kubeconfig", "/etc/kubelet-auth-proxy/kubeconfig")
+            ),
+        ],
     );
 }
 
@@ -1080,6 +971,929 @@ fn camel_case_names_follow_the_flags() {
         "authorizationWebhookCacheAuthorizedTtl"
     );
     assert_eq!(camel_case("v"), "v");
+}
+
+// --- The DaemonSet: the base's files, and each overlay as kubectl renders it -----------------
+
+/// The pod's name in the examples: `$(POD_NAME)`, as a DaemonSet names its pods.
+const EXAMPLE_POD: &str = "kubelet-auth-proxy-x7k2p";
+/// The node's name in the examples: `$(NODE_NAME)`.
+const EXAMPLE_NODE: &str = "node-1";
+/// The label a draining pod gives itself (`--drain-release-pod`), which the selector excludes.
+const DRAINING_LABEL: &str = "kubelet-auth-proxy/draining";
+/// What `terminationGracePeriodSeconds` adds to the drain and the grace period: time for the
+/// process to exit once both are over.
+const TERMINATION_MARGIN: Duration = Duration::from_secs(30);
+
+/// An installation: every object of the base's files as `config/kustomization.yaml` combines them,
+/// or of an overlay as `kubectl kustomize` renders it.
+pub(crate) struct Install {
+    /// What it is, for messages: `config/` or an overlay's directory.
+    pub(crate) what: String,
+    /// Every object, as JSON.
+    pub(crate) objects: Vec<Value>,
+}
+
+impl Install {
+    /// The base's files: the resources `config/kustomization.yaml` lists, and the ConfigMaps it
+    /// generates, under the names the DaemonSet refers to (kustomize adds a hash to both).
+    pub(crate) fn base_files() -> Install {
+        let kustomization = documents_of("config/kustomization.yaml");
+        let mut objects = Vec::new();
+        for resource in kustomization["resources"].as_array().unwrap() {
+            objects.extend(documents(&file("config").join(resource.as_str().unwrap())));
+        }
+        for generator in kustomization["configMapGenerator"].as_array().unwrap() {
+            let data: serde_json::Map<String, Value> = generator["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|name| {
+                    let name = name.as_str().unwrap();
+                    let text = read(&file("config").join(name));
+                    (name.to_owned(), Value::String(text))
+                })
+                .collect();
+            objects.push(serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": generator["name"], "namespace": generator["namespace"]},
+                "data": data,
+            }));
+        }
+        Install {
+            what: "config/ (its files)".to_owned(),
+            objects,
+        }
+    }
+
+    /// What `kubectl kustomize` printed for `what`.
+    pub(crate) fn rendered(what: &str, yaml: &str) -> Install {
+        let objects: Vec<Value> = serde_saphyr::from_multiple(yaml)
+            .unwrap_or_else(|e| panic!("{what}: kubectl kustomize printed no YAML: {e}"));
+        Install {
+            what: what.to_owned(),
+            objects,
+        }
+    }
+
+    /// The objects of `kind`, typed.
+    pub(crate) fn of_kind<T: DeserializeOwned>(&self, wanted: &str) -> Vec<T> {
+        self.objects
+            .iter()
+            .filter(|object| kind(object) == wanted)
+            .map(|object| {
+                serde_json::from_value(object.clone())
+                    .unwrap_or_else(|e| panic!("{}: {wanted}: {e}", self.what))
+            })
+            .collect()
+    }
+
+    /// The one DaemonSet.
+    pub(crate) fn daemonset(&self) -> DaemonSet {
+        let mut found = self.of_kind::<DaemonSet>("DaemonSet");
+        assert_eq!(found.len(), 1, "{}: DaemonSets", self.what);
+        found.remove(0)
+    }
+
+    /// The file at `path` in the proxy container, as the ConfigMap volume mounted there holds it.
+    fn mounted_file(&self, path: &Path) -> String {
+        let daemonset = self.daemonset();
+        let container = proxy_container(&daemonset);
+        let mount = container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|mount| path.starts_with(&mount.mount_path))
+            .unwrap_or_else(|| panic!("{}: {} is in no mount", self.what, path.display()));
+        let key = path
+            .strip_prefix(&mount.mount_path)
+            .unwrap()
+            .to_str()
+            .unwrap();
+        let volume = daemonset
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .volumes
+            .iter()
+            .flatten()
+            .find(|volume| volume.name == mount.name)
+            .unwrap();
+        let name = volume
+            .config_map
+            .as_ref()
+            .unwrap_or_else(|| panic!("{}: {} is not a ConfigMap's", self.what, path.display()))
+            .name
+            .clone();
+        self.of_kind::<ConfigMap>("ConfigMap")
+            .into_iter()
+            .find(|map| map.metadata.name.as_deref() == Some(name.as_str()))
+            .and_then(|map| map.data)
+            .and_then(|mut data| data.remove(key))
+            .unwrap_or_else(|| panic!("{}: ConfigMap {name} has no {key}", self.what))
+    }
+
+    /// The proxy container's command line as a pod of the DaemonSet runs it: `$(VAR)` expanded,
+    /// and the `--config` file, read from the ConfigMap mounted there, expanded into the flags it
+    /// sets (before the command line's own, which override it), as the binary expands it.
+    pub(crate) fn command_line(&self) -> Vec<String> {
+        let daemonset = self.daemonset();
+        let args = pod_args(&daemonset);
+        let Some(config) = args.iter().find_map(|a| a.strip_prefix("--config=")) else {
+            return args;
+        };
+        let dir = TempDir::new("daemonset-config");
+        let copy = dir.write("proxy.yaml", self.mounted_file(Path::new(config)));
+        let args: Vec<String> = args
+            .iter()
+            .map(|arg| match arg.strip_prefix("--config=") {
+                Some(_) => format!("--config={}", copy.display()),
+                None => arg.clone(),
+            })
+            .collect();
+        expand_config(&args)
+            .into_iter()
+            .filter(|arg| !arg.starts_with("--config="))
+            .collect()
+    }
+
+    /// The command line, parsed.
+    pub(crate) fn flags(&self) -> ProxyFlags {
+        parse_flags(&self.command_line()).unwrap_or_else(|e| panic!("{}: {e}", self.what))
+    }
+}
+
+/// `args` (a command line with `--config`) with the file's flags inserted as the binary inserts
+/// them.
+fn expand_config(args: &[String]) -> Vec<String> {
+    let args: Vec<OsString> = std::iter::once("kubelet-auth-proxy".into())
+        .chain(args.iter().map(OsString::from))
+        .collect();
+    let command = ProxyFlags::augment_args(clap::Command::new("kubelet-auth-proxy"));
+    let matches = command
+        .clone()
+        .try_get_matches_from(&args)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (expanded, _) = config_file::expand(&command, &matches, &args, 1)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .expect("--config is given");
+    expanded
+        .into_iter()
+        .skip(1)
+        .map(|arg| arg.into_string().unwrap())
+        .collect()
+}
+
+/// The proxy container of the DaemonSet.
+fn proxy_container(daemonset: &DaemonSet) -> Container {
+    let spec = daemonset.spec.template.spec.as_ref().unwrap();
+    spec.containers
+        .iter()
+        .find(|c| c.name == "kubelet-auth-proxy")
+        .expect("a container named kubelet-auth-proxy")
+        .clone()
+}
+
+/// The proxy container's arguments with `$(VAR)` replaced as the kubelet replaces it: by the
+/// variable's value, or for one from the downward API by an example of what the pod would get.
+fn pod_args(daemonset: &DaemonSet) -> Vec<String> {
+    let container = proxy_container(daemonset);
+    let namespace = daemonset.metadata.namespace.clone().unwrap();
+    let values: Vec<(String, String)> = container
+        .env
+        .iter()
+        .flatten()
+        .map(|var| {
+            let field = var
+                .value_from
+                .as_ref()
+                .and_then(|from| from.field_ref.as_ref())
+                .map(|field| field.field_path.as_str());
+            let value = match (var.value.as_deref(), field) {
+                (Some(value), None) => value.to_owned(),
+                (None, Some("spec.nodeName")) => EXAMPLE_NODE.to_owned(),
+                (None, Some("metadata.name")) => EXAMPLE_POD.to_owned(),
+                (None, Some("metadata.namespace")) => namespace.clone(),
+                other => panic!(
+                    "{}: a value this test has no example for: {other:?}",
+                    var.name
+                ),
+            };
+            (var.name.clone(), value)
+        })
+        .collect();
+    container
+        .args
+        .iter()
+        .flatten()
+        .map(|arg| {
+            let mut arg = arg.clone();
+            for (name, value) in &values {
+                arg = arg.replace(&format!("$({name})"), value);
+            }
+            assert!(!arg.contains("$("), "{arg}: an undefined variable");
+            arg
+        })
+        .collect()
+}
+
+/// The image's `USER`, uid and gid.
+fn image_user() -> (i64, i64) {
+    let containerfile = read(&file("Containerfile"));
+    let user = containerfile
+        .lines()
+        .find_map(|line| line.strip_prefix("USER "))
+        .expect("a USER line");
+    let ids: Vec<i64> = user
+        .split(':')
+        .map(|id| id.parse().expect("numeric USER"))
+        .collect();
+    assert_eq!(ids.len(), 2, "USER uid:gid");
+    (ids[0], ids[1])
+}
+
+/// Every check of an installation: the DaemonSet runs the proxy as it should and its command
+/// line would start it from its mounts, and the objects it needs are there. `policies`: whether
+/// the local policies are in (every overlay), or not (the base alone).
+pub(crate) fn check_install(install: &Install, policies: bool) {
+    let what = install.what.as_str();
+    let daemonset = install.daemonset();
+    let container = proxy_container(&daemonset);
+    assert_eq!(
+        container.image.as_deref(),
+        Some(format!("kubelet-auth-proxy:{VERSION}").as_str()),
+        "{what}"
+    );
+    let labels = daemonset
+        .spec
+        .template
+        .metadata
+        .clone()
+        .unwrap()
+        .labels
+        .unwrap();
+    assert_eq!(labels["app.kubernetes.io/version"], VERSION, "{what}");
+    let args = install.command_line();
+    let flags = install.flags();
+    check_authorization(install, &flags, policies);
+    check_mounts_and_security(what, &daemonset, &args, &flags);
+    check_rollout_and_drain(install, &flags);
+    check_identity(install, &flags);
+    let (uid, gid) = image_user();
+    check_user(what, &daemonset, uid, gid);
+    check_memory(what, &container, &flags);
+
+    // Loads, with a kubeconfig standing in for the pod's service account.
+    let files = StandInFiles::new();
+    let mut args = args;
+    args.push("--kubeconfig=/etc/kubelet-auth-proxy/kubeconfig".to_owned());
+    files.check(what, &files.rewrite(&args));
+}
+
+/// The authorizer chain: `Node,RBAC,Webhook` without the local policies; with them, `Policy`
+/// after `Node` and every shipped policy named, each read from the ConfigMap mounted at its path,
+/// which holds the shipped file.
+fn check_authorization(install: &Install, flags: &ProxyFlags, policies: bool) {
+    use AuthorizationMode::{Node, Policy, Rbac, Webhook};
+    let what = install.what.as_str();
+    if !policies {
+        assert_eq!(flags.authorization_mode, [Node, Rbac, Webhook], "{what}");
+        assert!(flags.authorization_policy_file.is_empty(), "{what}");
+        return;
+    }
+    assert_eq!(
+        flags.authorization_mode,
+        [Node, Policy, Rbac, Webhook],
+        "{what}"
+    );
+    assert_names_every_policy(what, flags);
+    for path in &flags.authorization_policy_file {
+        let shipped = file("config/policy").join(path.file_name().unwrap());
+        assert_eq!(
+            install.mounted_file(path),
+            read(&shipped),
+            "{what}: {}",
+            path.display()
+        );
+    }
+}
+
+/// Every file the command line names is inside a volume mounted into the container (or the
+/// service account's own volume); the pod is non-root, read-only, without capabilities, on the
+/// node's network; the admin listener stays on loopback and the probes ask the pod's own process.
+fn check_mounts_and_security(
+    what: &str,
+    daemonset: &DaemonSet,
+    args: &[String],
+    flags: &ProxyFlags,
+) {
+    let container = proxy_container(daemonset);
+    let pod = daemonset.spec.template.spec.clone().unwrap();
+    let mounts: Vec<&str> = container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .map(|mount| mount.mount_path.as_str())
+        .collect();
+    for arg in args {
+        let Some((_, value)) = arg.split_once('=') else {
+            continue;
+        };
+        if value.starts_with('/') {
+            let inside = |dir: &str| Path::new(value).starts_with(dir);
+            assert!(
+                mounts.iter().any(|dir| inside(dir)) || inside(SERVICE_ACCOUNT_DIR),
+                "{what}: {arg}: not inside any volume mount {mounts:?}"
+            );
+        }
+    }
+    let volumes: BTreeSet<&str> = pod
+        .volumes
+        .iter()
+        .flatten()
+        .map(|volume| volume.name.as_str())
+        .collect();
+    for mount in pod
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(&pod.containers)
+        .flat_map(|c| c.volume_mounts.iter().flatten())
+    {
+        assert!(
+            volumes.contains(mount.name.as_str()),
+            "{what}: {}",
+            mount.name
+        );
+    }
+
+    // Non-root, read-only, no capabilities, on the node's network.
+    assert_eq!(pod.host_network, Some(true), "{what}");
+    let pod_security = pod.security_context.as_ref().unwrap();
+    assert_eq!(pod_security.run_as_non_root, Some(true), "{what}");
+    assert!(
+        pod_security.run_as_user.is_some_and(|uid| uid != 0),
+        "{what}"
+    );
+    let security = container.security_context.as_ref().unwrap();
+    assert_ne!(security.run_as_non_root, Some(false), "{what}");
+    assert_ne!(security.run_as_user, Some(0), "{what}");
+    assert_eq!(security.read_only_root_filesystem, Some(true), "{what}");
+    assert_eq!(security.allow_privilege_escalation, Some(false), "{what}");
+    let drop = security
+        .capabilities
+        .as_ref()
+        .unwrap()
+        .drop
+        .as_ref()
+        .unwrap();
+    assert_eq!(drop, &["ALL"], "{what}");
+    assert!(
+        container.resources.as_ref().unwrap().requests.is_some(),
+        "{what}"
+    );
+
+    // The admin listener stays on the host's loopback; the probes ask this pod's own process
+    // through --admin-socket (in a volume of the pod's own), never the port both pods of a surge
+    // rollout share.
+    assert!(flags.admin_listen_address.ip().is_loopback(), "{what}");
+    let socket = flags.admin_socket.as_ref().expect("--admin-socket is set");
+    let socket_dir = socket.parent().unwrap().to_str().unwrap();
+    assert!(
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .any(|mount| mount.mount_path == socket_dir),
+        "{what}: {socket_dir} is not a volume of the pod's own"
+    );
+    for (probe, path) in [
+        (&container.startup_probe, "/healthz"),
+        (&container.liveness_probe, "/healthz"),
+        (&container.readiness_probe, "/readyz"),
+    ] {
+        let command = probe
+            .as_ref()
+            .unwrap()
+            .exec
+            .as_ref()
+            .unwrap()
+            .command
+            .clone()
+            .unwrap();
+        assert_eq!(
+            command,
+            [
+                "/kubelet-auth-proxy".to_owned(),
+                "admin-probe".to_owned(),
+                format!("--admin-socket={}", socket.display()),
+                path.to_owned(),
+            ],
+            "{what}"
+        );
+    }
+}
+
+/// A surge rollout that a draining pod does not hold: the selector excludes the label the pod
+/// gives itself, which it names itself with from the downward API; the kubelet waits for the
+/// drain, the grace period and a margin before it kills.
+fn check_rollout_and_drain(install: &Install, flags: &ProxyFlags) {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let what = install.what.as_str();
+    let daemonset = install.daemonset();
+    let container = proxy_container(&daemonset);
+    let pod = daemonset.spec.template.spec.clone().unwrap();
+
+    // A surge rollout: the new pod is ready beside the old one before the old one goes. Declared
+    // ports would be host ports on the host network, which the scheduler refuses to double.
+    let rolling = daemonset
+        .spec
+        .update_strategy
+        .as_ref()
+        .unwrap()
+        .rolling_update
+        .as_ref()
+        .unwrap();
+    assert_eq!(rolling.max_surge, Some(IntOrString::Int(1)), "{what}");
+    assert_eq!(rolling.max_unavailable, Some(IntOrString::Int(0)), "{what}");
+    assert!(container.ports.as_ref().is_none_or(Vec::is_empty), "{what}");
+
+    // The selector picks the pods by name, except those that drain; the template's labels are
+    // picked.
+    let selector = &daemonset.spec.selector;
+    let by_name = BTreeMap::from([(
+        "app.kubernetes.io/name".to_owned(),
+        "kubelet-auth-proxy".to_owned(),
+    )]);
+    assert_eq!(selector.match_labels.as_ref(), Some(&by_name), "{what}");
+    assert_eq!(
+        selector.match_expressions.as_deref(),
+        Some(
+            &[LabelSelectorRequirement {
+                key: DRAINING_LABEL.to_owned(),
+                operator: "DoesNotExist".to_owned(),
+                values: None,
+            }][..]
+        ),
+        "{what}"
+    );
+    let labels = daemonset
+        .spec
+        .template
+        .metadata
+        .clone()
+        .unwrap()
+        .labels
+        .unwrap();
+    assert_eq!(
+        labels["app.kubernetes.io/name"], "kubelet-auth-proxy",
+        "{what}"
+    );
+    assert!(!labels.contains_key(DRAINING_LABEL), "{what}");
+
+    // The pod names itself from the downward API.
+    let namespace = daemonset.metadata.namespace.clone().unwrap();
+    assert_eq!(
+        flags.drain_release_pod.as_deref(),
+        Some(format!("{namespace}/{EXAMPLE_POD}").as_str()),
+        "{what}: --drain-release-pod"
+    );
+
+    // The kubelet waits for the drain and the grace period before it kills.
+    let grace = Duration::from_secs(
+        pod.termination_grace_period_seconds
+            .unwrap()
+            .try_into()
+            .unwrap(),
+    );
+    assert_eq!(
+        grace,
+        flags.session_drain_timeout + flags.shutdown_grace_period + TERMINATION_MARGIN,
+        "{what}: terminationGracePeriodSeconds is not --session-drain-timeout {:?} + \
+         --shutdown-grace-period {:?} + {TERMINATION_MARGIN:?}",
+        flags.session_drain_timeout,
+        flags.shutdown_grace_period
+    );
+}
+
+/// The pod's service account, bound to what the proxy asks the API server (reviews, the issuer's
+/// keys, the RBAC mode's lists and watches), to `get` and `patch` on pods of its namespace, and
+/// held by the admission policy to the one label on its own pod.
+fn check_identity(install: &Install, flags: &ProxyFlags) {
+    let what = install.what.as_str();
+    let daemonset = install.daemonset();
+    let pod = daemonset.spec.template.spec.clone().unwrap();
+    let account = pod.service_account_name.as_deref().unwrap();
+    let namespace = daemonset.metadata.namespace.as_deref().unwrap();
+    assert!(
+        install
+            .of_kind::<ServiceAccount>("ServiceAccount")
+            .iter()
+            .any(|sa| sa.metadata.name.as_deref() == Some(account)
+                && sa.metadata.namespace.as_deref() == Some(namespace)),
+        "{what}: no ServiceAccount {namespace}/{account}"
+    );
+    let binds_the_account = |subjects: Option<&Vec<k8s_openapi::api::rbac::v1::Subject>>| {
+        subjects.into_iter().flatten().any(|s| {
+            s.kind == "ServiceAccount"
+                && s.name == account
+                && s.namespace.as_deref() == Some(namespace)
+        })
+    };
+    let bindings = install.of_kind::<ClusterRoleBinding>("ClusterRoleBinding");
+    // To the role that creates reviews, and to the one that reads the service-account issuer's
+    // public keys, so tokens are checked on the node (docs/DELEGATION.md, "Forged tokens").
+    for role in [
+        "system:auth-delegator",
+        "system:service-account-issuer-discovery",
+    ] {
+        assert!(
+            bindings.iter().any(|binding| binding.role_ref.name == role
+                && binds_the_account(binding.subjects.as_ref())),
+            "{what}: {namespace}/{account} is not bound to {role}"
+        );
+    }
+
+    // With RBAC in its chain, the account may list and watch the four kinds, and nothing else.
+    assert!(
+        flags.authorization_mode.contains(&AuthorizationMode::Rbac),
+        "{what}"
+    );
+    let reader = bindings
+        .iter()
+        .find(|binding| {
+            binds_the_account(binding.subjects.as_ref())
+                && binding.role_ref.name.starts_with("kubelet-auth-proxy:")
+        })
+        .expect("a binding of the service account to a role of the project's own");
+    let role = install
+        .of_kind::<ClusterRole>("ClusterRole")
+        .into_iter()
+        .find(|role| role.metadata.name.as_deref() == Some(reader.role_ref.name.as_str()))
+        .expect("the reader role");
+    let rules = role.rules.unwrap_or_default();
+    assert_eq!(rules.len(), 1, "{what}");
+    assert_eq!(rules[0].verbs, ["list", "watch"], "{what}");
+    assert_eq!(
+        rules[0].api_groups.as_deref(),
+        Some(&["rbac.authorization.k8s.io".to_owned()][..]),
+        "{what}"
+    );
+    let mut resources = rules[0].resources.clone().unwrap_or_default();
+    resources.sort();
+    assert_eq!(
+        resources,
+        [
+            "clusterrolebindings",
+            "clusterroles",
+            "rolebindings",
+            "roles"
+        ],
+        "{what}"
+    );
+
+    // --drain-release-pod: get and patch on pods of its namespace, nothing else...
+    let role_bindings = install.of_kind::<RoleBinding>("RoleBinding");
+    let drain = role_bindings
+        .iter()
+        .find(|binding| {
+            binding.metadata.namespace.as_deref() == Some(namespace)
+                && binds_the_account(binding.subjects.as_ref())
+        })
+        .unwrap_or_else(|| panic!("{what}: no RoleBinding of {namespace}/{account}"));
+    let role = install
+        .of_kind::<Role>("Role")
+        .into_iter()
+        .find(|role| {
+            role.metadata.name.as_deref() == Some(drain.role_ref.name.as_str())
+                && role.metadata.namespace.as_deref() == Some(namespace)
+        })
+        .unwrap_or_else(|| panic!("{what}: no Role {}", drain.role_ref.name));
+    let rules = role.rules.unwrap_or_default();
+    assert_eq!(rules.len(), 1, "{what}");
+    assert_eq!(
+        rules[0].api_groups.as_deref(),
+        Some(&[String::new()][..]),
+        "{what}"
+    );
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["pods".to_owned()][..]),
+        "{what}"
+    );
+    assert_eq!(rules[0].verbs, ["get", "patch"], "{what}");
+
+    // ...which the admission policy holds to the one label on its own pod (its rules are tried
+    // against a real API server in real_apiserver_kustomize.rs).
+    let policies = install.of_kind::<ValidatingAdmissionPolicy>("ValidatingAdmissionPolicy");
+    let [policy] = &policies[..] else {
+        panic!("{what}: not one ValidatingAdmissionPolicy");
+    };
+    let spec = policy.spec.clone().unwrap();
+    let conditions = spec.match_conditions.unwrap_or_default();
+    assert_eq!(
+        conditions
+            .iter()
+            .map(|c| c.expression.as_str())
+            .collect::<Vec<_>>(),
+        [format!(
+            "request.userInfo.username == 'system:serviceaccount:{namespace}:{account}'"
+        )],
+        "{what}"
+    );
+    let constraints = spec.match_constraints.unwrap();
+    assert_eq!(
+        constraints
+            .namespace_selector
+            .and_then(|selector| selector.match_labels),
+        Some(BTreeMap::from([(
+            "kubernetes.io/metadata.name".to_owned(),
+            namespace.to_owned()
+        )])),
+        "{what}"
+    );
+    let rules = constraints.resource_rules.unwrap();
+    assert_eq!(rules.len(), 1, "{what}");
+    assert_eq!(
+        rules[0].resources.as_deref(),
+        Some(&["pods".to_owned()][..]),
+        "{what}"
+    );
+    assert_eq!(
+        rules[0].operations.as_deref(),
+        Some(&["UPDATE".to_owned()][..]),
+        "{what}"
+    );
+    let bindings =
+        install.of_kind::<ValidatingAdmissionPolicyBinding>("ValidatingAdmissionPolicyBinding");
+    let [binding] = &bindings[..] else {
+        panic!("{what}: not one ValidatingAdmissionPolicyBinding");
+    };
+    assert_eq!(
+        Some(&binding.spec.policy_name),
+        policy.metadata.name.as_ref(),
+        "{what}"
+    );
+    assert_eq!(binding.spec.validation_actions, ["Deny"], "{what}");
+}
+
+/// The DaemonSet runs as the image's user and group, a pair of the proxy's own (not distroless's
+/// "nonroot" nor "nobody", which other images share); its init container gives the copied key
+/// pair and the handover directory that group (named once, in its environment) and closes the
+/// directory to all but root and the group, and `--handover-socket` lies in that directory.
+fn check_user(what: &str, daemonset: &DaemonSet, uid: i64, gid: i64) {
+    let pod = daemonset.spec.template.spec.clone().unwrap();
+    let security = pod.security_context.clone().unwrap();
+    assert_eq!(security.run_as_user, Some(uid), "{what}");
+    assert_eq!(security.run_as_group, Some(gid), "{what}");
+    assert_eq!(security.fs_group, Some(gid), "{what}");
+    for shared in [65532, 65534] {
+        assert_ne!(uid, shared, "{what}: a user other images share");
+        assert_ne!(gid, shared, "{what}: a group other images share");
+    }
+    let init = pod
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| {
+            c.volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "handover")
+        })
+        .expect("an init container preparing the handover directory");
+    let mount = |container: &Container| {
+        container
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == "handover")
+            .map(|m| m.mount_path.clone())
+            .expect("the handover volume mounted")
+    };
+    let group = init
+        .env
+        .iter()
+        .flatten()
+        .find(|var| var.name == "PROXY_GID")
+        .and_then(|var| var.value.clone())
+        .expect("PROXY_GID in the init container's environment");
+    assert_eq!(group, gid.to_string(), "{what}: PROXY_GID");
+    let script = init
+        .command
+        .iter()
+        .flatten()
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(" ");
+    let directory = mount(init);
+    assert!(
+        script.contains(&format!("chgrp \"$PROXY_GID\" {directory}")),
+        "{what}: {script}"
+    );
+    assert!(
+        script.contains(&format!("chmod 0770 {directory}")),
+        "{what}: {script}"
+    );
+    for chgrp in script.split("chgrp ").skip(1) {
+        assert!(
+            chgrp.starts_with("\"$PROXY_GID\" "),
+            "{what}: chgrp to another group: {script}"
+        );
+    }
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "handover")
+        .and_then(|v| v.host_path.clone())
+        .expect("the handover directory is the host's");
+    assert_eq!(volume.type_.as_deref(), Some("DirectoryOrCreate"), "{what}");
+    let container = proxy_container(daemonset);
+    let socket = pod_args(daemonset)
+        .iter()
+        .find_map(|a| a.strip_prefix("--handover-socket=").map(PathBuf::from))
+        .expect("--handover-socket");
+    assert_eq!(
+        socket.parent(),
+        Some(Path::new(&mount(&container))),
+        "{what}"
+    );
+}
+
+/// Resident memory of an idle proxy and per idle client connection, as measured by `bench/run`
+/// (docs/BENCHMARKS.md, "Idle connections": 13.4 MiB, 30.6 KiB a connection).
+const IDLE_RSS_BYTES: f64 = 13.4 * 1024.0 * 1024.0;
+const RSS_PER_CONNECTION_BYTES: f64 = 30.6 * 1024.0;
+
+/// The DaemonSet's memory limit holds `--max-connections` idle connections with a quarter of it
+/// to spare for requests in flight: the connection cap bites before the OOM killer does.
+fn check_memory(what: &str, container: &Container, flags: &ProxyFlags) {
+    let max_connections = f64::from(flags.max_connections);
+    let limit = container
+        .resources
+        .as_ref()
+        .and_then(|r| r.limits.as_ref())
+        .and_then(|l| l.get("memory"))
+        .expect("a memory limit")
+        .0
+        .clone();
+    let mebibytes: f64 = limit
+        .strip_suffix("Mi")
+        .expect("a limit in Mi")
+        .parse()
+        .unwrap();
+    let needed = IDLE_RSS_BYTES + max_connections * RSS_PER_CONNECTION_BYTES;
+    let limit_bytes = mebibytes * 1024.0 * 1024.0;
+    assert!(
+        needed <= 0.75 * limit_bytes,
+        "{what}: --max-connections={max_connections} needs {:.0} MiB idle; the limit {limit} \
+         leaves no room for requests in flight",
+        needed / 1024.0 / 1024.0
+    );
+}
+
+#[test]
+fn the_base_daemonset_runs_a_command_line_the_proxy_starts_with_from_its_mounts() {
+    check_install(&Install::base_files(), false);
+}
+
+/// The base mounts `proxy.yaml` as the DaemonSet's `--config`, and the flags override only what
+/// must differ in a pod: the file's paths are a systemd node's, every other setting is the file's.
+#[test]
+fn the_daemonset_overrides_only_what_differs_in_a_pod() {
+    let install = Install::base_files();
+    let daemonset = install.daemonset();
+    let overridden: BTreeSet<String> = pod_args(&daemonset)
+        .iter()
+        .filter_map(|arg| {
+            arg.strip_prefix("--")?
+                .split_once('=')
+                .map(|(f, _)| camel_case(f))
+        })
+        .collect();
+    let Value::Object(settings) = documents_of("config/proxy.yaml") else {
+        panic!("proxy.yaml is not a mapping");
+    };
+    // Set in the file and given again: only the paths of the pod's volumes and where the audit
+    // log goes, and the limits of a pod (its memory, the kubelet's rollout).
+    let both: BTreeSet<&str> = settings
+        .keys()
+        .filter(|key| overridden.contains(*key))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        both,
+        BTreeSet::from([
+            "auditLogPath",
+            "clientCaFile",
+            "maxConnections",
+            "tlsCertFile",
+            "tlsPrivateKeyFile",
+            "upstreamCaFile",
+            "upstreamClientCertFile",
+            "upstreamClientKeyFile",
+        ])
+    );
+    // The pod's own: its config file, names, sockets, the wait for the kubelet's port, and the
+    // admin address each overlay sets.
+    let pod_only: BTreeSet<&str> = overridden
+        .iter()
+        .filter(|key| !settings.contains_key(*key))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        pod_only,
+        BTreeSet::from([
+            "adminListenAddress",
+            "adminSocket",
+            "config",
+            "drainReleasePod",
+            "handoverSocket",
+            "listenRetryTimeout",
+            "nodeName",
+        ])
+    );
+    // The ConfigMap is generated from proxy.yaml and mounted where --config reads it.
+    let config = pod_args(&daemonset)
+        .iter()
+        .find_map(|arg| arg.strip_prefix("--config=").map(PathBuf::from))
+        .expect("--config");
+    assert_eq!(
+        install.mounted_file(&config),
+        read(&file("config/proxy.yaml"))
+    );
+}
+
+/// The overlays, each as `kubectl kustomize` renders it, pass the checks of the base; the base
+/// rendered alone passes them without the local policies. Skipped without a kubectl (the one of
+/// `KAP_REAL_APISERVER_KUBECTL`, else one on PATH).
+#[test]
+fn every_overlay_as_kubectl_renders_it_passes_the_daemonset_checks() {
+    let kubectl = std::env::var_os(crate::support::real_apiserver::KUBECTL)
+        .filter(|path| !path.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::split_paths(&std::env::var_os("PATH")?)
+                .map(|dir| dir.join("kubectl"))
+                .find(|path| path.is_file())
+        });
+    let Some(kubectl) = kubectl else {
+        eprintln!("skipped: no kubectl to render deploy/ with (KAP_REAL_APISERVER_KUBECTL, PATH)");
+        return;
+    };
+    check_install(
+        &Install::rendered("config", &kustomize(&kubectl, &file("config"))),
+        false,
+    );
+    for overlay in overlays() {
+        let what = overlay.strip_prefix(ROOT).unwrap().display().to_string();
+        check_install(
+            &Install::rendered(&what, &kustomize(&kubectl, &overlay)),
+            true,
+        );
+    }
+}
+
+/// The overlays: every directory of `deploy/` with a Kustomization.
+pub(crate) fn overlays() -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(file("deploy"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|dir| {
+            let kustomization = dir.join("kustomization.yaml");
+            kustomization.is_file() && kind(&documents(&kustomization)[0]) == "Kustomization"
+        })
+        .collect();
+    found.sort();
+    assert_eq!(
+        found
+            .iter()
+            .map(|dir| dir.file_name().unwrap().to_str().unwrap())
+            .collect::<Vec<_>>(),
+        ["k3s", "kubeadm", "kubelet", "rke2"]
+    );
+    found
+}
+
+/// `kubectl kustomize dir`'s output; panics with kubectl's error.
+pub(crate) fn kustomize(kubectl: &Path, dir: &Path) -> String {
+    let output = Command::new(kubectl)
+        .arg("kustomize")
+        .arg(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", kubectl.display()));
+    assert!(
+        output.status.success(),
+        "kubectl kustomize {}: {}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
 }
 
 // --- The kubelet behind the proxy ------------------------------------------------------------
@@ -1160,13 +1974,13 @@ fn the_kubelet_configuration_locks_the_kubelet_behind_the_proxy() {
         .split_whitespace()
         .map(str::to_owned)
         .collect();
-    let daemonset_args = daemonset_args(&proxy_container(&daemonset()));
+    let daemonset = Install::base_files().flags();
     let Value::Object(proxy_yaml) = documents_of("config/proxy.yaml") else {
         panic!("proxy.yaml is not a mapping");
     };
     for (what, upstream_given) in [
         ("environment file", parse_flags(&env_args).unwrap().upstream),
-        ("DaemonSet", parse_flags(&daemonset_args).unwrap().upstream),
+        ("DaemonSet", daemonset.upstream),
         (
             "proxy.yaml",
             proxy_yaml["upstream"].as_str().map(str::to_owned),
@@ -1193,10 +2007,7 @@ fn the_kubelet_configuration_locks_the_kubelet_behind_the_proxy() {
             "environment file",
             parse_flags(&env_args).unwrap().listen_address,
         ),
-        (
-            "DaemonSet",
-            parse_flags(&daemonset_args).unwrap().listen_address,
-        ),
+        ("DaemonSet", daemonset.listen_address),
         ("proxy.yaml", vec![listen_yaml]),
     ] {
         let listen = listen::resolve(&given, Some(&kubelet));
@@ -1230,7 +2041,7 @@ fn version_names_the_release_and_the_commit_it_was_built_from() {
 }
 
 #[test]
-fn the_image_and_the_daemonset_carry_this_version() {
+fn the_image_runs_the_binary_of_this_version_as_a_user_of_its_own() {
     let containerfile = read(&file("Containerfile"));
     assert!(
         containerfile.contains(&format!("org.opencontainers.image.version=\"{VERSION}\"")),
@@ -1238,90 +2049,7 @@ fn the_image_and_the_daemonset_carry_this_version() {
     );
     assert!(containerfile.contains("ENTRYPOINT [\"/kubelet-auth-proxy\"]"));
     assert!(containerfile.contains("--release --locked"));
-    let user = containerfile
-        .lines()
-        .find_map(|line| line.strip_prefix("USER "))
-        .expect("a USER line");
-    let ids: Vec<i64> = user
-        .split(':')
-        .map(|id| id.parse().expect("numeric USER"))
-        .collect();
-    assert_eq!(ids.len(), 2, "USER uid:gid");
-    assert_ne!(ids[0], 0);
-
-    let labels = daemonset().spec.template.metadata.unwrap().labels.unwrap();
-    assert_eq!(labels["app.kubernetes.io/version"], VERSION);
-    the_daemonset_runs_as(ids[0], ids[1]);
-}
-
-/// The DaemonSet runs as the image's user and group, a pair of the proxy's own (not distroless's
-/// "nonroot" nor "nobody", which other images share); its init container closes the handover
-/// directory to all but root and that group, and `--handover-socket` lies in that directory.
-fn the_daemonset_runs_as(uid: i64, gid: i64) {
-    let daemonset = daemonset();
-    let pod = daemonset.spec.template.spec.clone().unwrap();
-    let security = pod.security_context.clone().unwrap();
-    assert_eq!(security.run_as_user, Some(uid));
-    assert_eq!(security.run_as_group, Some(gid));
-    assert_eq!(security.fs_group, Some(gid));
-    for shared in [65532, 65534] {
-        assert_ne!(uid, shared, "a user other images share");
-        assert_ne!(gid, shared, "a group other images share");
-    }
-    let init = pod
-        .init_containers
-        .iter()
-        .flatten()
-        .find(|c| {
-            c.volume_mounts
-                .iter()
-                .flatten()
-                .any(|m| m.name == "handover")
-        })
-        .expect("an init container preparing the handover directory");
-    let mount = |container: &Container| {
-        container
-            .volume_mounts
-            .iter()
-            .flatten()
-            .find(|m| m.name == "handover")
-            .map(|m| m.mount_path.clone())
-            .expect("the handover volume mounted")
-    };
-    let script = init
-        .command
-        .iter()
-        .flatten()
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(" ");
-    let directory = mount(init);
-    assert!(
-        script.contains(&format!("chgrp {gid} {directory}")),
-        "{script}"
-    );
-    assert!(
-        script.contains(&format!("chmod 0770 {directory}")),
-        "{script}"
-    );
-    for group in script.split("chgrp ").skip(1) {
-        assert!(
-            group.starts_with(&format!("{gid} ")),
-            "chgrp to another group: {script}"
-        );
-    }
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "handover")
-        .and_then(|v| v.host_path.clone())
-        .expect("the handover directory is the host's");
-    assert_eq!(volume.type_.as_deref(), Some("DirectoryOrCreate"));
-    let container = proxy_container(&daemonset);
-    let socket = daemonset_args(&container)
-        .iter()
-        .find_map(|a| a.strip_prefix("--handover-socket=").map(PathBuf::from))
-        .expect("--handover-socket");
-    assert_eq!(socket.parent(), Some(Path::new(&mount(&container))));
+    let (uid, gid) = image_user();
+    assert_ne!(uid, 0);
+    assert_ne!(gid, 0);
 }

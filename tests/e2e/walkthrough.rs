@@ -173,10 +173,14 @@ async fn a_kubeadm_node_goes_behind_the_proxy_with_the_shipped_files() {
         "/etc/kubelet-auth-proxy/kubeconfig",
         root.rooted(&kubeconfig),
     );
-    // ...and the shipped policies.
+    // ...and the shipped policies (the directory's kustomization.yaml is the DaemonSet's
+    // Component that mounts them, not a policy).
     for policy in std::fs::read_dir(file("config/policy")).unwrap() {
         let policy = policy.unwrap().path();
         let name = policy.file_name().unwrap().to_str().unwrap().to_owned();
+        if name == "kustomization.yaml" {
+            continue;
+        }
         root.write(
             &format!("/etc/kubelet-auth-proxy/policy/{name}"),
             read(&policy),

@@ -35,6 +35,9 @@ pub const KUBECONFIG_PROXY: &str = "KAP_REAL_APISERVER_KUBECONFIG_PROXY";
 /// prints `KEY=VALUE` lines; `DIR stop` stops them): how a scenario starts an API server of its
 /// own, with `KUBE_APISERVER_EXTRA_ARGS`.
 pub const START_SCRIPT: &str = "KAP_K8S_START_APISERVER";
+/// The absolute path of a kubectl of the API server's version (with its built-in kustomize):
+/// how the scenarios of `kubectl kustomize` and `kubectl apply` run it.
+pub const KUBECTL: &str = "KAP_REAL_APISERVER_KUBECTL";
 /// `1`: the variables above must be set; a scenario fails rather than skips without them.
 pub const REQUIRED: &str = "KAP_REAL_APISERVER_REQUIRED";
 
@@ -102,6 +105,24 @@ pub fn start_script(scenario: &str) -> Option<PathBuf> {
                 "skipped {scenario}: no way to start a real API server ({START_SCRIPT} unset; \
                  .ci/run sets it)"
             );
+            None
+        }
+    }
+}
+
+/// The kubectl named by [`KUBECTL`]; `None` (after saying that `scenario` is skipped) when it is
+/// unset and no API server is required. Panics when one is required but it is unset.
+pub fn kubectl(scenario: &str) -> Option<PathBuf> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let required = var(REQUIRED).is_some_and(|v| v != "0");
+    match var(KUBECTL) {
+        Some(kubectl) => Some(PathBuf::from(kubectl)),
+        None if required => panic!(
+            "{REQUIRED}=1 but {KUBECTL} is not set: .ci/run should name the kubectl its \
+             start-apiserver.sh printed"
+        ),
+        None => {
+            eprintln!("skipped {scenario}: no kubectl ({KUBECTL} unset; .ci/run sets it)");
             None
         }
     }

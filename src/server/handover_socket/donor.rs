@@ -7,12 +7,12 @@ use std::sync::Arc;
 use tokio::net::UnixStream;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::place::{Place, PlaceError};
-use super::wire::{self, ASK, DRAINING, SERVING};
+use super::wire::{self, ASK, DRAINING, END_DRAIN, SERVING};
 use super::{ANSWER_TIMEOUT, is_our_user};
+use crate::base::shutdown::Shutdown;
 use crate::server::generation::Generation;
 use crate::server::handover::{HandoverSockets, READY_TIMEOUT};
 
@@ -70,12 +70,14 @@ pub struct Donor {
 
 impl Donor {
     /// Takes the path over and answers there until a new process takes over, or draining begins;
-    /// then lets go of `sockets`, its copies of the listening sockets.
+    /// then lets go of `sockets`, its copies of the listening sockets. Once a new process serves,
+    /// `shutdown` learns it has a successor, and is ended when the successor says it drains
+    /// sessions of its own.
     pub fn serve(
         path: &Path,
         sockets: HandoverSockets,
         generation: Generation,
-        draining: CancellationToken,
+        shutdown: Shutdown,
     ) -> Result<Donor, PlaceError> {
         let place = Place::take(path)?;
         let reclaim = Arc::new(Notify::new());
@@ -83,7 +85,7 @@ impl Donor {
             place,
             sockets,
             generation,
-            draining,
+            shutdown,
             Arc::clone(&reclaim),
         ));
         Ok(Donor { reclaim, task })
@@ -106,9 +108,10 @@ async fn run(
     mut place: Place,
     sockets: HandoverSockets,
     generation: Generation,
-    draining: CancellationToken,
+    shutdown: Shutdown,
     reclaim: Arc<Notify>,
 ) {
+    let draining = shutdown.draining();
     loop {
         let asker = tokio::select! {
             () = draining.cancelled() => return,
@@ -128,16 +131,19 @@ async fn run(
         let answered = tokio::select! {
             // Stopping: the copies must go now, so that the listeners close with the accept loops.
             () = draining.cancelled() => return,
-            answered = answer(asker, &sockets, &draining, &generation) => answered,
+            answered = answer(asker, &sockets, draining, &generation) => answered,
         };
         match answered {
-            Ok(Some(pid)) => {
+            Ok(Some((pid, line))) => {
                 generation.handed_over();
+                shutdown.succeeded();
                 info!(
                     pid,
                     "handed the listening sockets over through --handover-socket; the new \
                      process serves beside this one until this one is stopped"
                 );
+                drop(sockets);
+                hear_successor(line, pid, &shutdown).await;
                 return;
             }
             Ok(None) => {}
@@ -166,14 +172,45 @@ fn take_back(place: &mut Place, generation: &Generation) {
     }
 }
 
+/// Listens on the line to the successor (`pid`) until it closes: when the successor says it
+/// drains sessions of its own, this process, if stopped, closes what it still drains.
+async fn hear_successor(mut line: UnixStream, pid: i32, shutdown: &Shutdown) {
+    loop {
+        match wire::read_line(&mut line).await {
+            Ok(said) if said == END_DRAIN.strip_suffix(b"\n").unwrap_or(END_DRAIN) => {
+                if shutdown.draining().is_cancelled() {
+                    info!(
+                        pid,
+                        "the process this one handed over to drains sessions of its own now: \
+                         closing the ones this process still drains (a node keeps at most one \
+                         draining proxy)"
+                    );
+                    shutdown.end_now();
+                } else {
+                    debug!(
+                        pid,
+                        "the successor drains, but this process was not stopped"
+                    );
+                }
+            }
+            Ok(said) => debug!(
+                pid,
+                said = %String::from_utf8_lossy(&said).chars().take(80).collect::<String>(),
+                "the successor said something this version does not know"
+            ),
+            Err(_) => return,
+        }
+    }
+}
+
 /// Answers one asker: the sockets if it runs as this user and asks properly; the asker's pid
-/// once it serves.
+/// and the line to it once it serves.
 async fn answer(
     mut asker: UnixStream,
     sockets: &HandoverSockets,
-    draining: &CancellationToken,
+    draining: &tokio_util::sync::CancellationToken,
     generation: &Generation,
-) -> Result<Option<i32>, DonorError> {
+) -> Result<Option<(i32, UnixStream)>, DonorError> {
     let peer = asker.peer_cred().map_err(DonorError::Io)?;
     let pid = peer.pid().unwrap_or_default();
     if !is_our_user(peer.uid()) {
@@ -209,7 +246,7 @@ async fn answer(
         .await?
         .map_err(|source| DonorError::Exited { pid, source })?;
     if said == SERVING.strip_suffix(b"\n").unwrap_or(SERVING) {
-        Ok(Some(pid))
+        Ok(Some((pid, asker)))
     } else {
         Err(DonorError::Protocol {
             pid,

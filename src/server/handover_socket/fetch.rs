@@ -5,9 +5,9 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use tokio::net::UnixStream;
-use tracing::debug;
+use tracing::{debug, info};
 
-use super::wire::{self, ASK, Answer, SERVING};
+use super::wire::{self, ASK, Answer, END_DRAIN, SERVING};
 use super::{ANSWER_TIMEOUT, is_our_user};
 
 /// Why the sockets could not be fetched although a process answers on the path. The new process
@@ -65,10 +65,41 @@ impl Fetched {
     }
 
     /// Tells the running proxy that this process serves and holds the path: the handover is
-    /// done. Dropping it without saying so tells it the handover failed.
-    pub async fn serving(mut self) {
+    /// done. Dropping it without saying so tells it the handover failed. The line stays open,
+    /// as the [`Predecessor`].
+    pub async fn serving(mut self) -> Predecessor {
         if let Err(e) = wire::write_line(&mut self.donor, SERVING).await {
             debug!(error = %e, "cannot tell the proxy that handed over that this one serves");
+        }
+        Predecessor {
+            line: self.donor,
+            pid: self.pid,
+        }
+    }
+}
+
+/// The line to the proxy this process took the sockets from, which may still be draining
+/// sessions of its own after its stop.
+#[derive(Debug)]
+pub struct Predecessor {
+    line: UnixStream,
+    /// Its pid, as this process sees it (0 from another pid namespace).
+    pub pid: i32,
+}
+
+impl Predecessor {
+    /// Tells it to close whatever it still drains: this process now drains sessions of its own,
+    /// and a node keeps at most one draining proxy. A predecessor that is gone, or of a version
+    /// that closed the line, hears nothing, which is fine.
+    pub async fn end_its_drain(mut self) {
+        match wire::write_line(&mut self.line, END_DRAIN).await {
+            Ok(()) => info!(
+                pid = self.pid,
+                "told the proxy this one took over from to close the sessions it still drains"
+            ),
+            Err(e) => {
+                debug!(pid = self.pid, error = %e, "the proxy this one took over from is gone")
+            }
         }
     }
 }

@@ -16,7 +16,10 @@
 //!    queued is lost when one of them closes its copy (no `tcp_migrate_req` needed).
 //! 4. The new proxy takes the path over (a socket bound beside it, renamed over it) and says it
 //!    serves; the old one counts the handover and stops answering there. It serves until it is
-//!    stopped (the rollout deletes its pod once the new one is ready), then drains as always.
+//!    stopped (the rollout deletes its pod once the new one is ready), then drains, serving the
+//!    sessions still open after the grace period on (`server::drain`). The line between the two
+//!    stays open: when the new one is replaced in turn and drains sessions of its own, it tells
+//!    the old one to close what it still drains.
 //!
 //! When nobody answers (the first proxy on the node, or a version from before handovers) the new
 //! proxy binds its addresses itself (`server::listeners`); while a version from before handovers
@@ -38,7 +41,7 @@ use std::time::Duration;
 pub use acl::AclError;
 pub use directory::{DirectoryError, check_directory};
 pub use donor::Donor;
-pub use fetch::{FetchError, Fetched, fetch};
+pub use fetch::{FetchError, Fetched, Predecessor, fetch};
 pub use place::PlaceError;
 
 /// Why `--handover-socket` is off: this process neither asks nor answers there.

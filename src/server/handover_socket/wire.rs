@@ -3,7 +3,11 @@
 //! - the new process asks: [`ASK`];
 //! - the running one answers `sockets <role>:<role>…` with the descriptors attached
 //!   (`SCM_RIGHTS`), or [`DRAINING`] (it is stopping: its sockets close with it);
-//! - the new process says [`SERVING`] once it serves and holds the path, or closes without it.
+//! - the new process says [`SERVING`] once it serves and holds the path, or closes without it;
+//! - the line then stays open as long as both run: the new process says [`END_DRAIN`] when it
+//!   begins draining sessions itself (a later rollout replaced it), and the old one, if it is
+//!   still draining its own, closes them then, so a node has at most one draining proxy
+//!   (`server::drain`). A version that closes the line instead ends nothing.
 
 use std::io::{self, IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -22,6 +26,8 @@ pub(super) const ASK: &[u8] = b"kubelet-auth-proxy handover/1\n";
 pub(super) const SERVING: &[u8] = b"serving\n";
 /// The running process is stopping and hands nothing over.
 pub(super) const DRAINING: &[u8] = b"draining\n";
+/// The new process drains sessions of its own now: the old one closes what it still drains.
+pub(super) const END_DRAIN: &[u8] = b"end-drain\n";
 /// The start of the answer that carries the sockets.
 const SOCKETS: &str = "sockets ";
 /// The most sockets one answer carries (listen addresses and the admin address).
