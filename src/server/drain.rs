@@ -259,9 +259,10 @@ async fn release_pod(release: PodRelease, deadline: Instant) -> bool {
 fn release_hint(error: &ApiCallError) -> &'static str {
     match error {
         ApiCallError::Status { code: 403, .. } => {
-            "The API server refused it: the proxy's service account needs get and patch on pods in \
-             its namespace, and the ValidatingAdmissionPolicy of the shipped manifests lets it set \
-             that label on its own pod only (check the pod name in --drain-release-pod)"
+            "The API server refused it: the proxy's identity (its service account, or the user of \
+             --kubeconfig) needs get and patch on pods in the pod's namespace, and the shipped \
+             ValidatingAdmissionPolicy lets it set that label on its own pod only (check the pod \
+             name in --drain-release-pod)"
         }
         ApiCallError::Status { code: 404, .. } => {
             "No such pod: --drain-release-pod must name this proxy's own pod \

@@ -43,6 +43,7 @@ mod paths;
 mod pod_scoped;
 mod real_apiserver;
 mod real_apiserver_authn_config;
+mod real_apiserver_drain;
 mod real_apiserver_kustomize;
 mod real_apiserver_tokens;
 mod reload;
