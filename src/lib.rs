@@ -12,7 +12,7 @@
 //!   the failure budget meter clients with it); values built from files and swapped when the
 //!   files change, and the watcher that does it, counted ([`base::reload`], the certificates'
 //!   expiry in [`base::certificates`]); the two-step shutdown, draining then closing, that every
-//!   long-lived task watches ([`base::shutdown`]); a recurring failure said once a minute per
+//!   long-lived task watches ([`base::shutdown`]; when closing comes is the server's decision); a recurring failure said once a minute per
 //!   cause ([`base::reports`]); the HTTP and WebSocket knowledge authentication and forwarding
 //!   share ([`base::wire`]); the response body that keeps a request's places until it ends
 //!   ([`base::held_body`]); the metric conventions ([`base::metrics`]); CEL as kube-apiserver
@@ -83,7 +83,11 @@
 //!   open-file budget ([`server::descriptors`]). [`server::handover`] replaces the process on
 //!   `SIGUSR2` without refusing a connection (the new process inherits the listening sockets),
 //!   and [`server::handover_socket`] hands them to a new pod (a surge rollout) the same way, over
-//!   a unix socket, checking that it runs as the proxy's user; [`server::systemd`] tells a
+//!   a unix socket, checking that it runs as the proxy's user; [`server::drain`] is what a
+//!   stopped process does with what is still open: closed with the grace period, or, once a
+//!   successor serves, sessions served on until they end (`--session-drain-timeout`), its pod
+//!   released from its DaemonSet so the rollout does not wait, and at most one draining process
+//!   per node; [`server::systemd`] tells a
 //!   `Type=notify` unit about readiness and stopping; [`server::generation`] says which build
 //!   and process serves. [`Services`] is what it runs with.
 //! - [`config`]: flags and files → validated [`config::Settings`], reading files and nothing

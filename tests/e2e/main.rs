@@ -52,6 +52,7 @@ mod review_bounds;
 mod review_gate;
 mod secrets;
 mod self_contained;
+mod session_drain;
 mod shutdown;
 mod tls_front;
 mod upgrades;

@@ -159,7 +159,7 @@ async fn none_failed(callers: impl IntoIterator<Item = Caller>) -> u64 {
 
 /// A link to the binary under test in `dir`, the path the proxy is started from: pointing it
 /// elsewhere stands for an upgraded (or broken) file.
-fn installed(dir: &TempDir) -> PathBuf {
+pub(crate) fn installed(dir: &TempDir) -> PathBuf {
     let link = dir.path().join("kubelet-auth-proxy");
     std::os::unix::fs::symlink(BINARY, &link).unwrap();
     link
@@ -192,7 +192,7 @@ async fn admin_probe(dir: &TempDir, socket: &Path, target: &str) -> (bool, Strin
 }
 
 /// The pid in the old process's "the new process serves" line, once it is there.
-fn successor_pid(log: &str) -> Option<i32> {
+pub(crate) fn successor_pid(log: &str) -> Option<i32> {
     log.lines().find_map(|line| {
         let entry: serde_json::Value = serde_json::from_str(line).ok()?;
         let fields = &entry["fields"];
@@ -205,14 +205,14 @@ fn successor_pid(log: &str) -> Option<i32> {
 
 /// A process the test did not start itself (the successor, a child of the proxy): stopped with
 /// SIGTERM when the scenario ends, killed if it is still there when dropped.
-struct Adopted(rustix::process::Pid);
+pub(crate) struct Adopted(pub(crate) rustix::process::Pid);
 
 impl Adopted {
-    fn new(pid: i32) -> Adopted {
+    pub(crate) fn new(pid: i32) -> Adopted {
         Adopted(rustix::process::Pid::from_raw(pid).expect("a pid is positive"))
     }
 
-    fn alive(&self) -> bool {
+    pub(crate) fn alive(&self) -> bool {
         rustix::process::test_kill_process(self.0).is_ok()
     }
 }
