@@ -138,4 +138,42 @@ mod tests {
             );
         }
     }
+
+    fn flags(args: &[&str]) -> ProxyFlags {
+        use clap::{Args as _, FromArgMatches as _};
+        let command = ProxyFlags::augment_args(clap::Command::new("kubelet-auth-proxy"));
+        let matches = command
+            .try_get_matches_from(std::iter::once("kubelet-auth-proxy").chain(args.iter().copied()))
+            .unwrap();
+        ProxyFlags::from_arg_matches(&matches).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_pod_that_cannot_be_labelled_is_a_config_error_naming_the_flag_and_the_api_server() {
+        let mut warnings = Vec::new();
+        let Err(error) = drain_settings(
+            &flags(&[
+                "--drain-release-pod=kube-system/kubelet-auth-proxy-x7k2p",
+                "--kubeconfig=/nonexistent/kubeconfig",
+            ]),
+            &mut warnings,
+        ) else {
+            panic!("a kubeconfig that cannot be read was accepted");
+        };
+        let error = error.to_string();
+        assert!(
+            error.contains("--drain-release-pod")
+                && error.contains("labelling the pod needs the API server"),
+            "{error}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_defaults_drain_for_four_hours_and_release_nothing() {
+        let mut warnings = Vec::new();
+        let settings = drain_settings(&flags(&[]), &mut warnings).unwrap();
+        assert_eq!(settings.session_timeout, Duration::from_secs(4 * 3600));
+        assert!(settings.release.is_none());
+        assert!(warnings.is_empty(), "{warnings:?}");
+    }
 }
