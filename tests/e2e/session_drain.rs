@@ -4,13 +4,23 @@
 //! then exits by itself. A stop without a successor cuts them with the grace period, as before; a
 //! SIGQUIT during the drain cuts them at once; and a second surge in a row ends the first
 //! process's drain, so a node keeps at most one draining proxy. The grace periods are short
-//! (2 s) and every wait is bounded; nothing here measures time.
+//! (2 s) and every wait is bounded; nothing here measures time. Besides: what still runs during
+//! the drain behaves as it always does (a silent exec session closes after the streaming idle
+//! timeout; nothing outlives `--session-drain-timeout`), new requests are answered by the new
+//! process throughout, and the draining process says on its own admin socket what it still serves
+//! while the shared admin address answers for the new one alone.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use http::StatusCode;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
 use crate::joining::handover_directory;
-use crate::support::client::{H2_AND_HTTP1, HTTP1_ONLY};
+use crate::support::client::{H2_AND_HTTP1, HTTP1_ONLY, empty, plain_get, request};
 use crate::support::metrics::total;
 use crate::support::process::{Deployment, ProcessSpec, ProxyProcess, run};
 use crate::support::streams::{EXEC_PROTOCOL, ExecSession, FollowedLog};
@@ -164,6 +174,70 @@ async fn answered(site: &Deployment, addr: std::net::SocketAddr) {
     assert_eq!(reply.status, http::StatusCode::OK, "{}", reply.text());
 }
 
+/// Users starting new work while the processes change: `GET /pods` on a new connection each time
+/// (HTTP/2 and HTTP/1.1 in turn), as `kubectl get` makes them, until stopped. Every answer that is
+/// not a 200, and every transport error, is kept for the report.
+struct Requests {
+    stop: watch::Sender<bool>,
+    ok: Arc<AtomicU64>,
+    task: JoinHandle<Vec<String>>,
+}
+
+impl Requests {
+    fn start(site: &Deployment, addr: std::net::SocketAddr) -> Requests {
+        let clients = [
+            site.client(addr, "carol", H2_AND_HTTP1),
+            site.client(addr, "carol", HTTP1_ONLY),
+        ];
+        let (stop, stopped) = watch::channel(false);
+        let ok = Arc::new(AtomicU64::new(0));
+        let tally = Arc::clone(&ok);
+        let task = tokio::spawn(async move {
+            let mut failures = Vec::new();
+            for n in 0usize.. {
+                if *stopped.borrow() {
+                    break;
+                }
+                let client = &clients[n % clients.len()];
+                match client
+                    .try_send(request("GET", "/pods").body(empty()).unwrap())
+                    .await
+                {
+                    Ok(reply) if reply.status == StatusCode::OK => {
+                        tally.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Ok(reply) => failures.push(format!("{}: {}", reply.status, reply.text())),
+                    Err(e) => failures.push(e.to_string()),
+                }
+                // A pause keeps the loop from starving the processes on a shared machine.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            failures
+        });
+        Requests { stop, ok, task }
+    }
+
+    /// Waits until `n` more requests were answered with 200.
+    async fn go_on(&self, n: u64) {
+        let since = self.ok.load(Ordering::SeqCst);
+        eventually("new requests answered", || async {
+            (self.ok.load(Ordering::SeqCst) >= since + n).then_some(())
+        })
+        .await;
+    }
+
+    /// Stops them and asserts that none failed.
+    async fn none_failed(self) {
+        self.stop.send_replace(true);
+        let failures = within("the requests to stop", self.task).await.unwrap();
+        assert!(
+            failures.is_empty(),
+            "{} answered, failed: {failures:?}",
+            self.ok.load(Ordering::SeqCst)
+        );
+    }
+}
+
 #[tokio::test]
 async fn sessions_opened_before_a_surge_go_on_after_the_old_process_is_stopped_until_the_user_ends_them()
  {
@@ -171,30 +245,21 @@ async fn sessions_opened_before_a_surge_go_on_after_the_old_process_is_stopped_u
     let mut old = node.pod("old", &[]).await;
     let addr = old.addr();
     let mut sessions = Sessions::open(&node.site, addr, "alice").await;
+    // Other users start new work throughout; none of it may fail.
+    let requests = Requests::start(&node.site, addr);
+    requests.go_on(5).await;
 
     let new = node.surge(&old, "new").await;
+    assert_eq!(old.addr(), new.addr());
     old.terminate();
     draining_past_the_grace_period(&old).await;
-    // Past the grace period, with the old process draining: its sessions still work.
+    // Well past the grace period, with the old process draining: the sessions opened through it
+    // still work, and it still runs for them.
     tokio::time::sleep(GRACE).await;
     sessions.still_work(b"after the grace period").await;
     assert!(running(&old), "the old process ended with sessions open");
-    assert_eq!(old.addr(), new.addr());
-    answered(&node.site, addr).await;
-    // What it still serves is on its own admin socket; the admin address is the new one's.
-    let metrics = node.metrics("old").await;
-    assert!(
-        total(&metrics, "kubelet_auth_proxy_draining_connections", &[]) >= 3.0,
-        "{metrics}"
-    );
-    assert_eq!(
-        total(
-            &node.metrics("new").await,
-            "kubelet_auth_proxy_draining_connections",
-            &[]
-        ),
-        0.0
-    );
+    // The old process accepts nothing since its stop: these are the new one's.
+    requests.go_on(10).await;
 
     // The user ends them: the old process has nothing left and exits by itself.
     sessions.end().await;
@@ -205,7 +270,8 @@ async fn sessions_opened_before_a_surge_go_on_after_the_old_process_is_stopped_u
         old.stderr()
     );
     assert!(running(&new));
-    answered(&node.site, addr).await;
+    requests.go_on(5).await;
+    requests.none_failed().await;
 }
 
 #[tokio::test]
@@ -268,7 +334,7 @@ async fn a_second_surge_in_a_row_ends_the_first_drain_so_one_proxy_drains_at_a_t
     let node = Node::new("session-drain-twice").await;
     let mut first = node.pod("first", &[]).await;
     let addr = first.addr();
-    let first_sessions = Sessions::open(&node.site, addr, "alice").await;
+    let mut first_sessions = Sessions::open(&node.site, addr, "alice").await;
 
     // The first rollout: `first` drains alice's sessions.
     let mut second = node.surge(&first, "second").await;
@@ -279,6 +345,9 @@ async fn a_second_surge_in_a_row_ends_the_first_drain_so_one_proxy_drains_at_a_t
     let mut second_sessions = Sessions::open(&node.site, addr, "bob").await;
     // The second rollout while both have sessions open.
     let third = node.surge(&second, "third").await;
+    // A successor starting is no stop: the first drain goes on until the second process drains.
+    first_sessions.still_work(b"after the second surge").await;
+    assert!(running(&first));
     second.terminate();
     draining_past_the_grace_period(&second).await;
 
@@ -348,4 +417,110 @@ async fn two_upgrades_in_place_in_a_row_leave_one_draining_process() {
     assert!(second.alive() && third.alive());
     answered(&node.site, addr).await;
     second_sessions.end().await;
+}
+
+#[tokio::test]
+async fn nothing_outlives_the_session_drain_timeout() {
+    let node = Node::new("session-drain-timeout").await;
+    // Far past the grace period (10 s after it, for one check that takes a fraction of a second),
+    // and short enough for a test to wait for.
+    let mut old = node.pod("old", &["--session-drain-timeout=12s"]).await;
+    let mut sessions = Sessions::open(&node.site, old.addr(), "alice").await;
+    let _new = node.surge(&old, "new").await;
+    old.terminate();
+    draining_past_the_grace_period(&old).await;
+    sessions.still_work(b"during the drain").await;
+    // Nobody ends them: the bound does, cutting them as the grace period would have.
+    sessions.cut().await;
+    assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
+    assert!(
+        old.stderr()
+            .contains("--session-drain-timeout is over: closing the sessions still open"),
+        "{}",
+        old.stderr()
+    );
+}
+
+#[tokio::test]
+async fn a_session_that_falls_silent_during_the_drain_is_closed_after_the_streaming_idle_timeout() {
+    let node = Node::new("session-drain-idle").await;
+    let mut old = node
+        .pod("old", &["--streaming-connection-idle-timeout=4s"])
+        .await;
+    let mut exec = ExecSession::open(
+        &node.site.client(old.addr(), "alice-exec", HTTP1_ONLY),
+        EXEC_PROTOCOL,
+    )
+    .await;
+    // The user types (every 250 ms, far within the idle timeout) while the rollout hands over and
+    // stops the old process, so the session reaches the drain alive.
+    let rollout = async {
+        let new = node.surge(&old, "new").await;
+        old.terminate();
+        draining_past_the_grace_period(&old).await;
+        new
+    };
+    let typing = async {
+        loop {
+            exec.echo(b"ls\n").await;
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let new = tokio::select! {
+        new = rollout => new,
+        _ = typing => unreachable!("typing goes on until the rollout is done"),
+    };
+    exec.echo(b"during the drain").await;
+
+    // Then the user stops typing: the session is closed as it would be on a serving process, and
+    // the old process, with nothing left, exits.
+    exec.closed().await;
+    assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
+    assert!(
+        old.stderr().contains("every session has ended"),
+        "{}",
+        old.stderr()
+    );
+    assert!(running(&new));
+}
+
+#[tokio::test]
+async fn a_draining_process_counts_what_it_still_serves_on_its_own_admin_socket_and_leaves_the_admin_address_to_the_new_one()
+ {
+    let node = Node::new("session-drain-metrics").await;
+    let mut old = node.pod("old", &[]).await;
+    let admin = old.admin_addr();
+    let sessions = Sessions::open(&node.site, old.addr(), "alice").await;
+    let new = node.surge(&old, "new").await;
+    assert_eq!(new.admin_addr(), admin);
+    old.terminate();
+    draining_past_the_grace_period(&old).await;
+
+    let draining = |metrics: &str| total(metrics, "kubelet_auth_proxy_draining_connections", &[]);
+    // The exec session and the two logs are three connections to the old process.
+    let before = draining(&node.metrics("old").await);
+    assert!(before >= 3.0, "{}", node.metrics("old").await);
+    assert_eq!(draining(&node.metrics("new").await), 0.0);
+    // The shared admin address answers for the new process alone: ready (the stopped one says
+    // 503) and draining nothing, every time.
+    for _ in 0..10 {
+        let ready = plain_get(admin, "/readyz").await;
+        assert_eq!(ready.status, StatusCode::OK, "{}", ready.text());
+        let metrics = plain_get(admin, "/metrics").await.text();
+        assert_eq!(draining(&metrics), 0.0, "{metrics}");
+    }
+
+    // The user closes the exec session: the count follows while the logs stay open (the
+    // process goes on draining them).
+    let Sessions { exec, logs } = sessions;
+    exec.close().await;
+    let after = eventually("the draining count to go down", || async {
+        let now = draining(&node.metrics("old").await);
+        (now < before).then_some(now)
+    })
+    .await;
+    assert!(after >= 2.0, "the logs are still open: {after}");
+    assert!(running(&old));
+    drop(logs);
+    assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
 }
