@@ -6,6 +6,7 @@ sessions open through it, on the kit's real cluster (bench/rollout starts it and
                    --admin-cert F --admin-key F --node NAME --node-url URL --kubelet-ca F
                    --node-cert F --node-key F --namespace NS --daemonset NAME --pod-logs DIR
                    --kubelet-log FILE --ticker NS/POD --watch SECONDS --settle SECONDS --logs DIR
+                   [--second-restart SECONDS]
     measure.py report RESULT.json CONTEXT.json    (Markdown on stdout)
 
 `run` opens, through the proxy, a `kubectl logs -f` of a pod that prints a line a second and a
@@ -29,6 +30,13 @@ restarts the DaemonSet (t = 0) and `kubectl rollout status` at once, and records
 After --watch seconds the sessions still open are ended, and for up to --settle seconds more the
 script waits for `rollout status` and for the old pods and processes to go, so that what a
 session held open is seen to be released.
+
+With --second-restart SECONDS, two rollouts in a row: the pod serving before is A, the first
+rollout's new pod B, the second's C. Once the first `rollout status` has returned and B is ready,
+a second `logs -f` and `exec -i` pair is opened (B takes it: the report says which proxy logged
+each session's request in its audit events, and which process holds which client connection,
+from /proc); at SECONDS after the first restart the DaemonSet is restarted again, with a second
+`rollout status`. The clock stays the first restart's; --watch counts from it.
 """
 import argparse
 import datetime
@@ -122,6 +130,9 @@ class Pods:
         self.prefix = daemonset + "-"
         self.pods = {}  # uid -> dict
         self.t0 = None
+        self.t1 = None  # the second restart (--second-restart), if any
+        # (t, pods not gone, pods with the draining label not gone), at each change
+        self.series = []
 
     def state(self, pod):
         md, st = pod["metadata"], pod.get("status", {})
@@ -153,11 +164,13 @@ class Pods:
             known = self.pods.get(uid)
             if known is None:
                 known = self.pods[uid] = {"name": name, "uid": uid, "old": self.t0 is None,
+                                          "role": "A" if self.t0 is None else "B" if self.t1 is None else "C",
                                           "seen": now, "state": {}, "times": {}}
                 EVENTS.append((now, "pod+", f"pod {name} {'exists' if known['old'] else 'created'}", {"pod": name}))
             if kind == "DELETED":
                 known["times"].setdefault("gone", now)
                 EVENTS.append((now, "pod-", f"pod {name} gone (deleted from the API server)", {"pod": name}))
+                self.count(now)
                 return
             new, old = self.state(pod), known["state"]
             known["state"] = new
@@ -183,6 +196,14 @@ class Pods:
                     known["exit"] = new["container"]
             if changes:
                 EVENTS.append((now, "pod", f"pod {name}: " + "; ".join(changes), {"pod": name}))
+            self.count(now)
+
+    def count(self, now):
+        """Called with LOCK held: notes the number of pods, and of draining-labelled ones, if changed."""
+        alive = [p for p in self.pods.values() if "gone" not in p["times"]]
+        n = (len(alive), sum(1 for p in alive if p["state"].get("labels")))
+        if not self.series or self.series[-1][1:] != n:
+            self.series.append((now, *n))
 
     def names_by_uid(self):
         with LOCK:
@@ -230,6 +251,51 @@ def proxy_processes():
     return found
 
 
+def tcp_address(hexaddr):
+    """/proc/net/tcp's `0100007F:280A` (or tcp6's 32 hex digits) as `127.0.0.1:10250`."""
+    addr, port = hexaddr.split(":")
+    raw = bytes.fromhex(addr)
+    # Each 32-bit word is in the host's (little-endian) order.
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(raw) == 4:
+        return f"{socket.inet_ntop(socket.AF_INET, raw)}:{int(port, 16)}"
+    if raw[:12] == b"\0" * 10 + b"\xff\xff":
+        return f"{socket.inet_ntop(socket.AF_INET, raw[12:])}:{int(port, 16)}"
+    return f"[{socket.inet_ntop(socket.AF_INET6, raw)}]:{int(port, 16)}"
+
+
+def inbound_connections(port):
+    """inode -> (local, remote) of the established TCP connections whose local port is PORT (this
+    network namespace's, which the proxies share: they are hostNetwork)."""
+    found = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) < 10 or f[3] != "01" or int(f[1].rsplit(":", 1)[1], 16) != port:
+                continue
+            found[f[9]] = (tcp_address(f[1]), tcp_address(f[2]))
+    return found
+
+
+def socket_inodes(pid):
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        pass
+    return inodes
+
+
 class Node:
     """Samples the proxy processes, and copies the proxy pods' log files as they grow."""
 
@@ -239,6 +305,11 @@ class Node:
         self.procs = {}  # pid -> uid
         self.files = {}  # path -> (file, copy)
         self.counts = []  # (t, n)
+        # The client connections each proxy process holds (accepted on :10250, established), by
+        # socket inode: {"pid", "uid", "local", "remote", "first", "last"} (first and last seen).
+        # The sessions are the ones that last: which process serves a session is which process
+        # holds its connection.
+        self.conns = {}
 
     def sample(self):
         procs = proxy_processes()
@@ -252,6 +323,16 @@ class Node:
         if not self.counts or self.counts[-1][1] != len(procs):
             self.counts.append((mono(), len(procs)))
         self.procs = procs
+        inbound = inbound_connections(10250)
+        now = mono()
+        for pid, uid in procs.items():
+            for inode in socket_inodes(pid) & inbound.keys():
+                c = self.conns.get(inode)
+                if c is None or c["pid"] != pid:
+                    local, remote = inbound[inode]
+                    c = self.conns[inode] = {"pid": pid, "uid": uid, "local": local, "remote": remote,
+                                             "first": now, "last": now}
+                c["last"] = now
 
     def follow(self):
         try:
@@ -294,10 +375,43 @@ INTERESTING = re.compile(r"hand|drain|SIGTERM|signal|shut|grace|stopp|label|rele
                          r"listening|exit|serv(es|ing) on|ready", re.I)
 
 
+AUDIT = []  # (wall time, pod, stage, requestURI, auditID, code, requestReceivedTimestamp as wall time)
+SESSION_URI = re.compile(r"^/(exec|attach|portForward)/|^/containerLogs/.*[?&]follow=true")
+
+
+def wall_time(ts):
+    """An RFC 3339 time with up to nanoseconds (Python reads microseconds at most) as a Unix time."""
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d+)?(Z|[+-]\d\d:\d\d)", ts)
+    if not m:
+        return None
+    frac = (m.group(2) or ".0")[:7]
+    return datetime.datetime.fromisoformat(m.group(1) + frac + m.group(3).replace("Z", "+00:00")).timestamp()
+
+
+def audit_line(pod, text):
+    """The proxy's audit events (stdout) of session requests: which pod's process took each one."""
+    try:
+        ev = json.loads(text)
+    except ValueError:
+        return
+    uri = ev.get("requestURI", "") if isinstance(ev, dict) else ""
+    if not SESSION_URI.search(uri):
+        return
+    at, received = wall_time(ev.get("stageTimestamp", "")), wall_time(ev.get("requestReceivedTimestamp", ""))
+    if at is None:
+        return
+    with LOCK:
+        AUDIT.append((at, pod, ev.get("stage"), uri, ev.get("auditID"), ev.get("responseStatus", {}).get("code"), received))
+
+
 def proxy_log_line(pod, line):
     """A CRI log line (`TIME STREAM F|P TEXT`): keeps the proxy's own messages (stderr) that tell
-    about the handover and the shutdown, with their time."""
+    about the handover and the shutdown, with their time, and the audit events (stdout) of the
+    session requests."""
     parts = line.split(" ", 3)
+    if len(parts) == 4 and parts[1] == "stdout":
+        audit_line(pod, parts[3])
+        return
     if len(parts) < 4 or parts[1] != "stderr":
         return
     text = parts[3]
@@ -425,6 +539,7 @@ class Session:
         self.lines = []  # (t, text)
         self.sent = []  # (t, n)
         self.end = None  # (t, returncode, how)
+        self.start = mono()
         self.err = open(os.path.join(logs_dir, f"{name}.stderr"), "w+")
         self.out = open(os.path.join(logs_dir, f"{name}.stdout"), "w")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -521,45 +636,110 @@ def run(o):
         time.sleep(0.2)
 
     t0, wall0 = mono(), time.time()
-    pods.t0 = t0
-    event("mark", "`kubectl rollout restart` issued")
-    r = subprocess.run(kubectl + ["--request-timeout=30s", "rollout", "restart", f"daemonset/{o.daemonset}",
-                                  "-n", o.namespace], capture_output=True, text=True, timeout=60)
-    event("mark", f"`kubectl rollout restart` returned (exit {r.returncode})")
-    if r.returncode != 0:
-        sys.exit(f"measure.py: kubectl rollout restart failed: {r.stderr.strip()}")
-    status_out = open(os.path.join(o.logs, "rollout-status.out"), "w+")
-    status = subprocess.Popen(kubectl + ["rollout", "status", f"daemonset/{o.daemonset}", "-n", o.namespace,
-                                         f"--timeout={int(o.watch + o.settle)}s"], stdout=status_out, stderr=subprocess.STDOUT)
-    CHILDREN.append(status)
-    status_end = []
+    with LOCK:
+        pods.t0 = t0
+    twice = o.second_restart is not None
 
-    def wait_status():
-        rc = status.wait()
-        status_end.append((mono(), rc))
-        event("mark", f"`kubectl rollout status` returned (exit {rc})")
-    threading.Thread(target=wait_status, daemon=True).start()
+    def restart(what):
+        event("mark", f"{what} issued")
+        r = subprocess.run(kubectl + ["--request-timeout=30s", "rollout", "restart", f"daemonset/{o.daemonset}",
+                                      "-n", o.namespace], capture_output=True, text=True, timeout=60)
+        event("mark", f"{what} returned (exit {r.returncode})")
+        if r.returncode != 0:
+            sys.exit(f"measure.py: {what} failed: {r.stderr.strip()}")
+
+    def rollout_status(name, what):
+        """`kubectl rollout status` from now on: (process, [(t, exit code)] once it ends, output file)."""
+        out = open(os.path.join(o.logs, f"{name}.out"), "w+")
+        proc = subprocess.Popen(kubectl + ["rollout", "status", f"daemonset/{o.daemonset}", "-n", o.namespace,
+                                           f"--timeout={int(o.watch + o.settle)}s"], stdout=out, stderr=subprocess.STDOUT)
+        CHILDREN.append(proc)
+        ended = []
+
+        def wait():
+            rc = proc.wait()
+            ended.append((mono(), rc))
+            event("mark", f"{what} returned (exit {rc})")
+        threading.Thread(target=wait, daemon=True).start()
+        return proc, ended, out
+
+    restart("`kubectl rollout restart`")
+    status, status_end, status_out = rollout_status(
+        "rollout-status", "`kubectl rollout status`" + (" (first rollout)" if twice else ""))
+
+    # --second-restart: once the first rollout is over (its `rollout status` returned, the new pod B
+    # ready), a second pair of sessions, which B takes; at --second-restart seconds after the
+    # first, a second restart (its new pod is C).
+    second = {"phase": "rollout" if twice else None, "t1": None, "pair": [], "opened": None, "delivering": None,
+              "status": None, "status_end": [], "status_out": None}
+
+    def step_second():
+        now = mono()
+        if second["phase"] == "rollout":
+            with LOCK:
+                b_ready = any(p["role"] == "B" and p["state"].get("ready") for p in pods.pods.values())
+            if status_end and b_ready:
+                second["opened"] = now
+                event("mark", "the first rollout is over: second pair of sessions opened (logs-f-2, exec-2)")
+                pair = [Session("logs-f-2", kubectl + ["logs", "-f", "-n", ns, pod], o.logs),
+                        Session("exec-2", kubectl + ["exec", "-i", "-n", ns, pod, "--", "sh"], o.logs, stdin=True)]
+                threading.Thread(target=pair[1].feed, args=(feeder_stop,), daemon=True).start()
+                second["pair"] = pair
+                sessions.extend(pair)
+                second["phase"] = "pair"
+        elif second["phase"] == "pair":
+            for s in second["pair"]:
+                if s.end is not None:
+                    sys.exit(f"measure.py: {s.name} ended before the second restart (exit {s.end[1]}: {s.end[3]})")
+            if all(len(s.lines) >= 3 for s in second["pair"]):
+                second["delivering"] = now
+                event("mark", "second pair of sessions delivering")
+                second["phase"] = "wait"
+        if second["phase"] in ("rollout", "pair") and now - t0 >= o.second_restart:
+            sys.exit(f"measure.py: --second-restart {o.second_restart:.0f}: not ready for the second restart at "
+                     f"+{now - t0:.0f} s: first rollout status {'returned' if status_end else 'not returned'}, "
+                     f"second pair {[len(s.lines) for s in second['pair']] or 'not opened'} lines")
+        if second["phase"] == "wait" and now - t0 >= o.second_restart:
+            with LOCK:
+                pods.t1 = now
+            second["t1"] = now
+            restart("second `kubectl rollout restart`")
+            second["status"], second["status_end"], second["status_out"] = rollout_status(
+                "rollout-status-2", "`kubectl rollout status` (second rollout)")
+            second["phase"] = "restarted"
+
+    def replaced(p):
+        if not twice:
+            return p["old"]
+        return p["role"] == "A" or (p["role"] == "B" and second["t1"] is not None)
 
     def old_left():
         with LOCK:
-            old_uids = {u for u, p in pods.pods.items() if p["old"]}
-            old_pods = [p for p in pods.pods.values() if p["old"] and "gone" not in p["times"]]
+            old_uids = {u for u, p in pods.pods.items() if replaced(p)}
+            old_pods = [p for p in pods.pods.values() if replaced(p) and "gone" not in p["times"]]
         return old_pods, [pid for pid, uid in node.procs.items() if uid in old_uids]
 
     def done():
         old_pods, old_procs = old_left()
-        return status_end and not old_pods and not old_procs and all(s.end for s in sessions)
+        return (status_end and (not twice or second["status_end"]) and not old_pods and not old_procs
+                and all(s.end for s in sessions))
 
     next_note = t0 + 10
     while mono() - t0 < o.watch and not done():
+        if twice:
+            step_second()
         if mono() > next_note:
             next_note += 10
             old_pods, old_procs = old_left()
+            rs = "returned" if status_end else "waiting"
+            if twice and second["status"] is not None:
+                rs += "/" + ("returned" if second["status_end"] else "waiting")
             say(f"+{mono() - t0:.0f} s: sessions {'/'.join('open' if s.end is None else 'ended' for s in sessions)}, "
-                f"rollout status {'returned' if status_end else 'waiting'}, old pods {len(old_pods)}, "
-                f"old processes {len(old_procs)}")
+                f"rollout status {rs}, old pods {len(old_pods)}, old processes {len(old_procs)}")
         time.sleep(0.1)
     bound_hit = mono() - t0 >= o.watch
+    if twice and second["t1"] is None:
+        sys.exit("measure.py: every session ended and the first rollout was over before the second restart")
     if bound_hit:
         still = [s for s in sessions if s.end is None]
         if still:
@@ -576,16 +756,26 @@ def run(o):
     time.sleep(1)  # the last pod and process changes
     stop_probes.set()
     stop.set()
-    if not status_end:
-        status.terminate()
-        status.wait()
+    for proc, ended in [(status, status_end), (second["status"], second["status_end"])]:
+        if proc is not None and not ended:
+            proc.terminate()
+            proc.wait()
     time.sleep(0.5)
 
     with LOCK:
         ev = list(EVENTS)
         pod_list = list(pods.pods.values())
         log_lines = list(LOG_LINES)
-    status_out.seek(0)
+        audit = list(AUDIT)
+        series = list(pods.series)
+    conns = list(node.conns.values())
+
+    def status_result(ended, out):
+        if not ended:
+            return None
+        out.seek(0)
+        return {"t": ended[0][0] - t0, "rc": ended[0][1], "output": out.read().strip().splitlines()[-3:]}
+
     result = {
         "t0_wall": wall0,
         "watch": o.watch, "settle": o.settle, "bound_hit": bound_hit,
@@ -596,15 +786,24 @@ def run(o):
         "probes": {p.name: {"interval": p.interval, "results": [(t - t0, r) for t, r in p.results]} for p in probers},
         "sessions": {s.name: {"lines": [(t - t0, x) for t, x in s.lines], "sent": [(t - t0, n) for t, n in s.sent],
                               "end": None if s.end is None else (s.end[0] - t0, s.end[1], s.end[2], s.end[3]),
-                              "argv": s.argv[2:]} for s in sessions},
-        "rollout_status": None if not status_end else {"t": status_end[0][0] - t0, "rc": status_end[0][1],
-                                                       "output": status_out.read().strip().splitlines()[-3:]},
+                              "argv": s.argv[2:], "start": s.start - t0} for s in sessions},
+        "rollout_status": status_result(status_end, status_out),
         "log_lines": [(w - wall0, pod, msg) for w, pod, msg in sorted(log_lines)],
         "kubelet_lines": [(w - wall0, text) for w, text in
                           kubelet_lines(o.kubelet_log, f"{o.namespace}/{o.daemonset}-", time.gmtime(wall0).tm_year)],
+        "pod_series": [(t - t0, n, draining) for t, n, draining in series],
+        "connections": [{**c, "first": c["first"] - t0, "last": c["last"] - t0} for c in conns],
+        "audit": [(w - wall0, pod, stage, uri, aid, code, None if rec is None else rec - wall0)
+                  for w, pod, stage, uri, aid, code, rec in sorted(audit, key=lambda a: a[0])],
     }
+    if twice:
+        result["second"] = {
+            "asked": o.second_restart, "t": second["t1"] - t0,
+            "pair_opened": second["opened"] - t0 if second["opened"] is not None else None,
+            "pair_delivering": second["delivering"] - t0 if second["delivering"] is not None else None,
+            "rollout_status": status_result(second["status_end"], second["status_out"]),
+        }
     json.dump(result, open(o.result, "w"), indent=1)
-
 
 # ---------------------------------------------------------------- report
 
@@ -612,12 +811,345 @@ def fmt(t):
     return f"{t:+.1f} s"
 
 
+def probe_rows(r, p):
+    """A summary row for each kind of request sent all along."""
+    for name, pr in r["probes"].items():
+        res = [x for t, x in pr["results"] if t >= 0]
+        bad = [(t, x) for t, x in pr["results"] if t >= 0 and x != "ok"]
+        kinds = {}
+        for _, x in bad:
+            kinds[x] = kinds.get(x, 0) + 1
+        what = ("new TCP+TLS connection to the node's address, `GET /healthz`" if name == "direct"
+                else "`GET /api/v1/nodes/NODE/proxy/healthz` through the API server")
+        p(f"| requests: {what}, every {pr['interval']} s | {len(bad)} of {len(res)} failed"
+          + (f" ({'; '.join(f'{n}× {k}' for k, n in kinds.items())}; {fmt(bad[0][0])} to {fmt(bad[-1][0])})" if bad else "")
+          + " |")
+
+
+def timeline(r, p, limit=40, more=(), rename=lambda text: text):
+    """The timeline: every change seen from the restart on; MORE rows (t, text) are added, and
+    RENAME applies to each row's text."""
+    events = r["events"]
+    sessions = r["sessions"]
+    # The timeline: every change seen from the restart on, by the watches, /proc, the sessions,
+    # the probes, the proxies' and the kubelet's logs. Before the restart, one row: what ran.
+    # Processes are named by their pod here, at the end (a process is often seen before the pod
+    # watch has reported its pod's UID).
+    names = {pod["uid"]: pod["name"] for pod in r["pods"]}
+    rows = []
+    before_pods = [pod["name"] + (" (ready)" if pod["times"].get("ready", 1) < 0 or pod["state"].get("ready") else "")
+                   for pod in r["pods"] if pod["old"]]
+    before_procs = [f"{e[3]['pid']} of {names.get(e[3]['uid'], 'pod ' + e[3]['uid'][:8])}"
+                    for e in events if e[1] == "proc+" and e[0] < 0]
+    rows.append((None, f"before the restart: pods {', '.join(before_pods) or 'none'}; proxy processes {', '.join(before_procs) or 'none'}"))
+    for t, kind, text, extra in events:
+        if t < 0:
+            continue
+        if kind in ("proc+", "proc-"):
+            text = (f"proxy process {extra['pid']} ({names.get(extra['uid'], 'pod ' + extra['uid'][:8])}) "
+                    + ("running" if kind == "proc+" else "exited"))
+        rows.append((t, text))
+    for t, text in r.get("kubelet_lines", []):
+        if t >= 0:
+            rows.append((t, text))
+    for name, s in sessions.items():
+        after = [t for t, _ in s["lines"] if t >= 0]
+        if after:
+            rows.append((after[0], f"{name}: first line" + (" after the restart" if s.get("start", -1) < 0 else "")))
+            rows.append((after[-1], f"{name}: last line"))
+        if s["end"]:
+            rows.append((s["end"][0], f"{name}: {s['end'][2]} (kubectl exit {s['end'][1]})"
+                         + (f": {s['end'][3][:140]}" if s["end"][3] else "")))
+    for name, pr in r["probes"].items():
+        run_start = prev = None
+        count = 0
+        cause = None
+        for t, x in pr["results"] + [(1e9, "ok")]:
+            if x != "ok" and t >= 0:
+                if run_start is None:
+                    run_start, count, cause = t, 0, x
+                count += 1
+                prev = t
+            elif run_start is not None:
+                rows.append((run_start, f"{name} requests: {count} failed until {fmt(prev)} ({cause})"))
+                run_start = None
+    # The proxies' own messages, at most LIMIT a pod (the rest are in the logs the run kept).
+    shown = {}
+    for t, pod, msg in r["log_lines"]:
+        if t >= 0:
+            shown[pod] = shown.get(pod, 0) + 1
+            if shown[pod] <= limit:
+                rows.append((t, f"log of {pod}: {msg}"))
+            elif shown[pod] == limit + 1:
+                rows.append((t, f"log of {pod}: more messages from here on, not shown"))
+    rows += list(more)
+    rows.sort(key=lambda x: -1e9 if x[0] is None else x[0])
+    p("| t | event |")
+    p("|---:|---|")
+    for t, text in rows:
+        p(f"| {'before' if t is None else fmt(t)} | {rename(text).replace('|', '/')} |")
+    p("")
+
+
+# Messages of the proxy's log that mark a step of a handover and of a drain (their beginnings).
+GAVE = "handed the listening sockets over"
+TOOK = "listening sockets handed over"
+DRAIN = "a successor serves on the handed-over sockets"
+TOLD = "the process this one handed over to drains sessions of its own now"
+TELLS = "told the proxy this one took over from to close"
+CLOSING = "closing the sessions still open now"
+ALL_ENDED = "every session has ended"
+PAIRS = [("logs-f", 1, "`kubectl logs -f`"), ("exec", 1, "`kubectl exec -i … -- sh`"),
+         ("logs-f-2", 2, "`kubectl logs -f`"), ("exec-2", 2, "`kubectl exec -i … -- sh`")]
+
+
+def report_twice(r, p):
+    """The report of a run with --second-restart: two rollouts in a row, pods A (before), B (the
+    first rollout's), C (the second's); session pair 1 opened on A, pair 2 on B."""
+    events, sessions, watch = r["events"], r["sessions"], r["watch"]
+    sec = r["second"]
+    t1 = sec["t"]
+    pods = sorted(r["pods"], key=lambda x: x["seen"])
+    role = {}  # pod name -> A, B, C (A2, … if a role had several pods)
+    for letter in "ABC":
+        of = [pod for pod in pods if pod["role"] == letter]
+        for i, pod in enumerate(of):
+            role[pod["name"]] = letter if len(of) == 1 else f"{letter}{i + 1}"
+    by_uid = {pod["uid"]: pod for pod in pods}
+    logs = r["log_lines"]
+
+    def both(t):
+        """A time on both clocks once the second restart is issued."""
+        if t is None:
+            return "—"
+        return fmt(t) + (f" (2nd {fmt(t - t1)})" if t >= t1 else "")
+
+    def log_at(pod, prefix):
+        return next(((t, m) for t, name, m in logs if name == pod["name"] and m.startswith(prefix)), (None, None))
+
+    def kubelet_at(pod, prefix):
+        return next((t for t, text in r["kubelet_lines"] if text.startswith(f"kubelet, {pod['name']}: {prefix}")), None)
+
+    def proc_exit(pod):
+        return next((t for t, kind, _, extra in events if kind == "proc-" and extra.get("uid") == pod["uid"]), None)
+
+    def gone_exit(pod):
+        """The first sign of the process's end: /proc (sampled every 0.25 s) or the pod's status."""
+        seen = [t for t in (proc_exit(pod), pod["times"].get("exited")) if t is not None]
+        return min(seen) if seen else None
+
+    def pids(pod):
+        return sorted({extra["pid"] for _, kind, _, extra in events if kind == "proc+" and extra.get("uid") == pod["uid"]})
+
+    # When each pod's process drained sessions after its grace period (the handover's drain): from
+    # its log's DRAIN to its CLOSING or ALL_ENDED (its sessions' end), and to its process's exit.
+    # These are the "draining processes" the feature bounds.
+    drains = []
+    for pod in pods:
+        t, _ = log_at(pod, DRAIN)
+        if t is not None:
+            ends = [x for x in (log_at(pod, CLOSING)[0], log_at(pod, ALL_ENDED)[0]) if x is not None]
+            drains.append((t, min(ends) if ends else None, gone_exit(pod), pod))
+
+    def count_series(intervals):
+        points = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals if b is not None])
+        n, seq, top = 0, [], 0
+        for t, d in points:
+            n += d
+            top = max(top, n)
+            seq.append(f"{n} at {fmt(t)}")
+        return seq, top
+
+    # ------------------------------------------------------------ summary
+    p(f"t = 0: the first `kubectl rollout restart daemonset/…`; the second at {fmt(t1)} (asked: "
+      f"+{sec['asked']:.0f} s), written \"2nd +x s\" from then on. Pod A served before, B is the first rollout's "
+      "new pod, C the second's.\n")
+    p("| | Result |")
+    p("|---|---|")
+    rs = r["rollout_status"]
+    p("| `kubectl rollout status`, first rollout | " + (f"**returned at {fmt(rs['t'])}** (exit {rs['rc']}: "
+      f"{rs['output'][-1][:160] if rs['output'] else 'no output'})" if rs else "had not returned") + " |")
+    rs2 = sec["rollout_status"]
+    p("| `kubectl rollout status`, second rollout (started with the second restart) | "
+      + (f"**returned at {both(rs2['t'])}** (exit {rs2['rc']}: {rs2['output'][-1][:160] if rs2['output'] else 'no output'})"
+         if rs2 else "had not returned") + " |")
+    probe_rows(r, p)
+    procs = r["processes"]
+    before_n = [n for t, n in procs if t < 0]
+    p(f"| proxy processes on the node | {before_n[-1] if before_n else '?'} before; "
+      f"{', '.join(f'{n} at {both(t)}' for t, n in procs if t >= 0) or 'no change'}; "
+      f"at most {max(n for _, n in procs)} |")
+    series = r["pod_series"]
+    before = [x for x in series if x[0] < 0]
+    b_pods, b_drain = (before[-1][1], before[-1][2]) if before else ("?", "?")
+    seq, last = [], None
+    for t, n, _ in series:
+        if t >= 0 and n != last:
+            seq.append(f"{n} at {both(t)}")
+        last = n
+    p(f"| the DaemonSet's pods (`app.kubernetes.io/name` label: released ones included) | {b_pods} before; "
+      f"{', '.join(seq) or 'no change'}; at most {max(x[1] for x in series)} |")
+    seq, last = [], None
+    for t, _, d in series:
+        if t >= 0 and d != last:
+            seq.append(f"{d} at {both(t)}")
+        last = d
+    p(f"| pods labelled `kubelet-auth-proxy/draining=true` (from the stop: grace period, then the session drain) "
+      f"| {b_drain} before; {', '.join(seq) or 'no change'}; at most {max(x[2] for x in series)} |")
+    spans = "; ".join(f"{role[pod['name']]} from {both(a)} to " + (both(b) if b is not None else "the end")
+                      + (f" (process gone {both(x)})" if x is not None else "") for a, b, x, pod in drains)
+    _, top = count_series([(a, b) for a, b, _, _ in drains])
+    _, top_exit = count_series([(a, x) for a, _, x, _ in drains])
+    overlaps = []
+    for i, (a1, b1, x1, pod1) in enumerate(drains):
+        for a2, b2, x2, pod2 in drains[i + 1:]:
+            def overlap(e1, e2):
+                e1 = 1e9 if e1 is None else e1
+                e2 = 1e9 if e2 is None else e2
+                return min(e1, e2) - max(a1, a2)
+            by_log, by_exit = overlap(b1, b2), overlap(x1, x2)
+            if by_exit > 0:
+                overlaps.append(f"{role[pod1['name']]} and {role[pod2['name']]} both draining for "
+                                f"{max(by_log, 0) * 1000:.1f} ms by their logs (the one's start to the other's "
+                                f"closing), at most {by_exit * 1000:.0f} ms until the process was gone (/proc, sampled "
+                                f"every 0.25 s, or the pod's status, whichever showed it first)")
+    p(f"| processes draining sessions after a handover (from `{DRAIN}…` to `{CLOSING}…` or `{ALL_ENDED}…`) | "
+      f"{spans or 'none'}; at most {top} at once by the logs, {top_exit} until the processes were gone"
+      + (f": {'; '.join(overlaps)}" if overlaps else "") + " |")
+    took = [f"{role.get(pod, pod)} at {both(t)}" for t, pod, m in logs if m.startswith(TOOK)]
+    gave = [f"{role.get(pod, pod)} at {both(t)}" for t, pod, m in logs if m.startswith(GAVE)]
+    p(f"| surge handovers | sockets taken: {', '.join(took) or 'none seen'}; given: {', '.join(gave) or 'none seen'} |")
+    told = [f"{role.get(pod, pod)} at {both(t)}" for t, pod, m in logs if m.startswith(TELLS)]
+    heard = [f"{role.get(pod, pod)} at {both(t)}" for t, pod, m in logs if m.startswith(TOLD)]
+    p(f"| the handover line: the successor, draining in turn, tells its predecessor to close | told: "
+      f"{', '.join(told) or 'none seen'}; told to close: {', '.join(heard) or 'none seen'} |")
+    p("")
+
+    # ------------------------------------------------------------ sessions
+    audit = r.get("audit", [])
+
+    def taken_by(name, s):
+        """The pod whose proxy logged the session's request (its audit event), received closest after
+        the session started."""
+        kind = "/exec/" if name.startswith("exec") else "/containerLogs/"
+        found = [a for a in audit if a[3].startswith(kind) and a[6] is not None and a[6] >= s["start"] - 1.0]
+        if not found:
+            return "no audit event seen", None
+        a = min(found, key=lambda a: a[6])
+        done = [x for x in audit if x[4] == a[4] and x[2] == "ResponseComplete" and x[0] > a[0] + 1]
+        return (f"{role.get(a[1], a[1])} (`{a[1]}`: {a[2]} {a[5]} at {fmt(a[6])})"
+                + (f"; its ResponseComplete at {both(done[0][0])}" if done else "")), a[1]
+
+    p("| session | opened | taken by (the proxy's audit event) | after the 1st restart | after the 2nd restart | ended |")
+    p("|---|---|---|---|---|---|")
+    for name, pair, what in PAIRS:
+        s = sessions.get(name)
+        if s is None:
+            continue
+        by, _ = taken_by(name, s)
+        lines = s["lines"]
+        after1 = [t for t, _ in lines if t >= 0]
+        after2 = [t for t, _ in lines if t >= t1]
+        start = max(0.0, s["start"])
+        gaps, prev = [], start
+        for t in after1:
+            gaps.append(t - prev)
+            prev = t
+        end = s["end"]
+        if end is None or end[2] == "ended by this script":
+            ended = f"**still open at +{watch:.0f} s** (then ended by this script)"
+            end_t = None
+        else:
+            end_t = end[0]
+            ended = f"**ended at {both(end_t)}**, kubectl exit {end[1]}" + (f": `{end[3][:160]}`" if end[3] else "")
+        extra = ""
+        if s["sent"]:
+            sent_at = {n: t for t, n in s["sent"]}
+            answered = {int(x.split()[-1]): t for t, x in lines if re.fullmatch(r"tick \d+", x)}
+            first = min(answered.values(), default=0.0)
+            sent = [n for n, t in sent_at.items() if t >= 0]
+            delays = [answered[n] - sent_at[n] for n in sent if n in answered and sent_at[n] >= first]
+            extra = (f"; {len(sent)} ticks sent, {sum(1 for n in sent if n in answered)} answered"
+                     + (f", slowest {max(delays) * 1000:.0f} ms (after its first answer)" if delays else ""))
+        last = (f"last line {both(after1[-1])}, largest gap {max(gaps):.1f} s" if after1 else "no line")
+        lasted1 = f"{(end_t if end_t is not None else watch):.1f} s" + ("" if end_t is not None else "+")
+        lasted2 = (f"{end_t - t1:.1f} s" if end_t is not None else f"{watch - t1:.1f} s+") if (end_t or watch) >= t1 else "ended before it"
+        p(f"| pair {pair}: {what} | {fmt(s['start'])} | {by} | {len(after1)} lines, lasted {lasted1} | "
+          f"{len(after2)} lines, lasted {lasted2} | {ended}; {last}{extra} |")
+    p("")
+
+    # ------------------------------------------------------------ the pods, step by step
+    p("| | " + " | ".join(f"pod {role[pod['name']]} `{pod['name']}`" for pod in pods) + " |")
+    p("|---|" + "---|" * len(pods))
+
+    def row(label, values):
+        p(f"| {label} | " + " | ".join(values) + " |")
+
+    row("proxy process (pid)", [", ".join(map(str, pids(pod))) or "—" for pod in pods])
+    row("created", ["before t = 0" if pod["old"] else both(pod["seen"]) for pod in pods])
+    row("took the sockets (`listening sockets handed over`)", [both(log_at(pod, TOOK)[0]) for pod in pods])
+    row("ready", ["before t = 0" if pod["old"] and pod["times"].get("ready", -1) < 0 else both(pod["times"].get("ready"))
+                  for pod in pods])
+    row("gave the sockets to its successor", [both(log_at(pod, GAVE)[0]) for pod in pods])
+    row("deletion asked; kubelet's SIGTERM", [f"{both(pod['times'].get('deleting'))}; {both(kubelet_at(pod, 'stopping container'))}"
+                                              for pod in pods])
+    row("draining label", [both(pod["times"].get("labelled")) for pod in pods])
+    row("released by the DaemonSet", [both(pod["times"].get("released")) for pod in pods])
+
+    def with_msg(pod, prefix):
+        t, m = log_at(pod, prefix)
+        if t is None:
+            return "—"
+        n = re.search(r"\bopen=(\d+)", m or "")
+        return both(t) + (f", open={n.group(1)}" if n else "")
+    row(f"grace period over, drains its sessions (`{DRAIN[:40]}…`)", [with_msg(pod, DRAIN) for pod in pods])
+    row("told its predecessor to close (`told the proxy this one took over from…`)", [with_msg(pod, TELLS) for pod in pods])
+    row("told by its successor (`the process this one handed over to drains…`)", [with_msg(pod, TOLD) for pod in pods])
+    row("closed its sessions / all ended", [f"{both(log_at(pod, CLOSING)[0])} / {both(log_at(pod, ALL_ENDED)[0])}"
+                                            for pod in pods])
+    row("process exited", [both(proc_exit(pod)) for pod in pods])
+    row("container exited", [both(pod["times"].get("exited")) + (f" ({pod['exit']})" if pod.get("exit") else "")
+                             for pod in pods])
+    row("gone", [both(pod["times"].get("gone")) if "gone" in pod["times"]
+                 else f"still there at the end ({pod['state'].get('container', '?')})" for pod in pods])
+    p("")
+
+    # ------------------------------------------------------------ connections by process
+    held = [c for c in r.get("connections", []) if c["last"] - c["first"] >= 10]
+    if held:
+        p("Client connections (accepted on :10250) each proxy process held for 10 s or more, from /proc "
+          "(the socket in the process's descriptors; first and last seen):\n")
+        for pod in pods:
+            mine = sorted((c for c in held if c["uid"] == pod["uid"]), key=lambda c: c["first"])
+            if mine:
+                sessions_taken = any(a[1] == pod["name"] for a in audit)
+                p(f"- {role[pod['name']]} (pid {', '.join(map(str, pids(pod)))}): "
+                  + "; ".join(f"{c['remote']} {both(c['first'])} to {both(c['last'])}" for c in mine)
+                  + ("" if sessions_taken else " (no session request in its audit events: a kept-alive connection "
+                     "of requests, such as the API server's for `nodes/NODE/proxy/healthz`)"))
+        p("")
+
+    # ------------------------------------------------------------ timeline
+    more = []
+    for a in audit:
+        if a[0] >= 0:
+            more.append((a[0], f"audit of {a[1]}: {a[2]} {a[5]} {a[3][:48]}"))
+
+    def rename(text):
+        for name, letter in role.items():
+            text = text.replace(name, f"{name} ({letter})")
+        return text
+    timeline(r, p, limit=60, more=more, rename=rename)
+
+
 def report(result_path, context_path):
     r = json.load(open(result_path))
     c = json.load(open(context_path))
     out = []
     p = out.append
-    p(f"### A rollout restart of the DaemonSet on a real cluster: {c['label']}\n")
+    twice = "second" in r
+    p(f"### {'Two rollout restarts of the DaemonSet in a row' if twice else 'A rollout restart of the DaemonSet'} "
+      f"on a real cluster: {c['label']}\n")
     p(f"Generated by `{c['invocation']}`, {c['date']}, commit {c['commit']}. {c['setup']}\n")
     p(f"Binary: {c['binary']}. Image: `{c['image']}` ({c['digest'][:19]}…). Manifests: {c['manifests']}. "
       + (f"**Removed for this binary (--legacy-flags), which does not know them:** "
@@ -627,6 +1159,10 @@ def report(result_path, context_path):
       f"`{json.dumps(c['selector'], separators=(',', ':'))}`; terminationGracePeriodSeconds "
       f"{c['terminationGracePeriodSeconds']}; the proxy's settings for a rollout: `{'`, `'.join(c['settings'])}`.\n")
 
+    if twice:
+        report_twice(r, p)
+        print("\n".join(out))
+        return
     events = r["events"]
     sessions = r["sessions"]
     watch = r["watch"]
@@ -665,17 +1201,7 @@ def report(result_path, context_path):
     rs = r["rollout_status"]
     p(f"| `kubectl rollout status` | " + (f"**returned at {fmt(rs['t'])}** (exit {rs['rc']}: {rs['output'][-1][:160] if rs['output'] else 'no output'})"
                                          if rs else f"had not returned after {watch + r['settle']:.0f} s") + " |")
-    for name, pr in r["probes"].items():
-        res = [x for t, x in pr["results"] if t >= 0]
-        bad = [(t, x) for t, x in pr["results"] if t >= 0 and x != "ok"]
-        kinds = {}
-        for _, x in bad:
-            kinds[x] = kinds.get(x, 0) + 1
-        what = ("new TCP+TLS connection to the node's address, `GET /healthz`" if name == "direct"
-                else "`GET /api/v1/nodes/NODE/proxy/healthz` through the API server")
-        p(f"| requests: {what}, every {pr['interval']} s | {len(bad)} of {len(res)} failed"
-          + (f" ({'; '.join(f'{n}× {k}' for k, n in kinds.items())}; {fmt(bad[0][0])} to {fmt(bad[-1][0])})" if bad else "")
-          + " |")
+    probe_rows(r, p)
     procs = r["processes"]
     before_n = [n for t, n in procs if t < 0]
     changes = ", ".join(f"{n} at {fmt(t)}" for t, n in procs if t >= 0)
@@ -710,63 +1236,7 @@ def report(result_path, context_path):
                               f"**not seen in the proxy logs** (taken: {took or 'no'}; given: {gave or 'no'})") + " |")
     p("")
 
-    # The timeline: every change seen from the restart on, by the watches, /proc, the sessions,
-    # the probes, the proxies' and the kubelet's logs. Before the restart, one row: what ran.
-    # Processes are named by their pod here, at the end (a process is often seen before the pod
-    # watch has reported its pod's UID).
-    names = {pod["uid"]: pod["name"] for pod in r["pods"]}
-    rows = []
-    before_pods = [pod["name"] + (" (ready)" if pod["times"].get("ready", 1) < 0 or pod["state"].get("ready") else "")
-                   for pod in r["pods"] if pod["old"]]
-    before_procs = [f"{e[3]['pid']} of {names.get(e[3]['uid'], 'pod ' + e[3]['uid'][:8])}"
-                    for e in events if e[1] == "proc+" and e[0] < 0]
-    rows.append((None, f"before the restart: pods {', '.join(before_pods) or 'none'}; proxy processes {', '.join(before_procs) or 'none'}"))
-    for t, kind, text, extra in events:
-        if t < 0:
-            continue
-        if kind in ("proc+", "proc-"):
-            text = (f"proxy process {extra['pid']} ({names.get(extra['uid'], 'pod ' + extra['uid'][:8])}) "
-                    + ("running" if kind == "proc+" else "exited"))
-        rows.append((t, text))
-    for t, text in r.get("kubelet_lines", []):
-        if t >= 0:
-            rows.append((t, text))
-    for name, s in sessions.items():
-        after = [t for t, _ in s["lines"] if t >= 0]
-        if after:
-            rows.append((after[0], f"{name}: first line after the restart"))
-            rows.append((after[-1], f"{name}: last line"))
-        if s["end"]:
-            rows.append((s["end"][0], f"{name}: {s['end'][2]} (kubectl exit {s['end'][1]})"
-                         + (f": {s['end'][3][:140]}" if s["end"][3] else "")))
-    for name, pr in r["probes"].items():
-        run_start = prev = None
-        count = 0
-        cause = None
-        for t, x in pr["results"] + [(1e9, "ok")]:
-            if x != "ok" and t >= 0:
-                if run_start is None:
-                    run_start, count, cause = t, 0, x
-                count += 1
-                prev = t
-            elif run_start is not None:
-                rows.append((run_start, f"{name} requests: {count} failed until {fmt(prev)} ({cause})"))
-                run_start = None
-    # The proxies' own messages, at most 40 a pod (the rest are in the logs the run kept).
-    shown = {}
-    for t, pod, msg in r["log_lines"]:
-        if t >= 0:
-            shown[pod] = shown.get(pod, 0) + 1
-            if shown[pod] <= 40:
-                rows.append((t, f"log of {pod}: {msg}"))
-            elif shown[pod] == 41:
-                rows.append((t, f"log of {pod}: more messages from here on, not shown"))
-    rows.sort(key=lambda x: -1e9 if x[0] is None else x[0])
-    p("| t | event |")
-    p("|---:|---|")
-    for t, text in rows:
-        p(f"| {'before' if t is None else fmt(t)} | {text.replace('|', '/')} |")
-    p("")
+    timeline(r, p)
     print("\n".join(out))
 
 
@@ -783,6 +1253,7 @@ def main():
         a.add_argument(f"--{name}", required=True)
     a.add_argument("--watch", type=float, required=True)
     a.add_argument("--settle", type=float, required=True)
+    a.add_argument("--second-restart", type=float, default=None)
     try:
         run(a.parse_args())
     finally:

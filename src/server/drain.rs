@@ -183,16 +183,18 @@ impl Drain {
                      closes them now"
                 );
             }
-            if shutdown.wait(GAUGE_EVERY.min(until - now)).await {
-                info!("every session has ended; this process stops");
-                break;
-            }
+            let all_ended = shutdown.wait(GAUGE_EVERY.min(until - now)).await;
+            // Ended at once first: what it cut would otherwise look like sessions that ended.
             if shutdown.closing().is_cancelled() {
                 info!(
                     open = shutdown.open(),
                     "closing the sessions still open now (a second stop signal, SIGQUIT, or the \
                      successor draining in turn)"
                 );
+                break;
+            }
+            if all_ended {
+                info!("every session has ended; this process stops");
                 break;
             }
         }
