@@ -157,6 +157,16 @@ fn running(process: &ProxyProcess) -> bool {
             .is_ok_and(|stat| stat.contains(") Z "))
 }
 
+/// Waits for `process` to exit 0 by itself, saying that it stops because every session ended.
+async fn exits_once_every_session_ended(process: &mut ProxyProcess) {
+    assert_eq!(process.wait().await.code(), Some(0), "{}", process.stderr());
+    assert!(
+        process.stderr().contains("every session has ended"),
+        "{}",
+        process.stderr()
+    );
+}
+
 /// Waits until `process` says it serves its sessions on past the grace period.
 async fn draining_past_the_grace_period(process: &ProxyProcess) {
     eventually("the old process serves its sessions on", || async {
@@ -263,12 +273,7 @@ async fn sessions_opened_before_a_surge_go_on_after_the_old_process_is_stopped_u
 
     // The user ends them: the old process has nothing left and exits by itself.
     sessions.end().await;
-    assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
-    assert!(
-        old.stderr().contains("every session has ended"),
-        "{}",
-        old.stderr()
-    );
+    exits_once_every_session_ended(&mut old).await;
     assert!(running(&new));
     requests.go_on(5).await;
     requests.none_failed().await;
@@ -475,12 +480,7 @@ async fn a_session_that_falls_silent_during_the_drain_is_closed_after_the_stream
     // Then the user stops typing: the session is closed as it would be on a serving process, and
     // the old process, with nothing left, exits.
     exec.closed().await;
-    assert_eq!(old.wait().await.code(), Some(0), "{}", old.stderr());
-    assert!(
-        old.stderr().contains("every session has ended"),
-        "{}",
-        old.stderr()
-    );
+    exits_once_every_session_ended(&mut old).await;
     assert!(running(&new));
 }
 
