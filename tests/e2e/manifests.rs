@@ -1215,6 +1215,17 @@ fn image_user() -> (i64, i64) {
     (ids[0], ids[1])
 }
 
+/// The labels of the DaemonSet's pod template.
+fn template_labels(daemonset: &DaemonSet) -> BTreeMap<String, String> {
+    daemonset
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|metadata| metadata.labels.clone())
+        .expect("the pod template has labels")
+}
+
 /// Every check of an installation: the DaemonSet runs the proxy as it should and its command
 /// line would start it from its mounts, and the objects it needs are there. `policies`: whether
 /// the local policies are in (every overlay), or not (the base alone).
@@ -1227,14 +1238,7 @@ pub(crate) fn check_install(install: &Install, policies: bool) {
         Some(format!("kubelet-auth-proxy:{VERSION}").as_str()),
         "{what}"
     );
-    let labels = daemonset
-        .spec
-        .template
-        .metadata
-        .clone()
-        .unwrap()
-        .labels
-        .unwrap();
+    let labels = template_labels(&daemonset);
     assert_eq!(labels["app.kubernetes.io/version"], VERSION, "{what}");
     let args = install.command_line();
     let flags = install.flags();
@@ -1441,14 +1445,7 @@ fn check_rollout_and_drain(install: &Install, flags: &ProxyFlags) {
         ),
         "{what}"
     );
-    let labels = daemonset
-        .spec
-        .template
-        .metadata
-        .clone()
-        .unwrap()
-        .labels
-        .unwrap();
+    let labels = template_labels(&daemonset);
     assert_eq!(
         labels["app.kubernetes.io/name"], "kubelet-auth-proxy",
         "{what}"
